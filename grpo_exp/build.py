@@ -1,0 +1,110 @@
+"""The one place where the config becomes TRL / PEFT / DeepSpeed objects.
+
+Config keys map 1:1 onto library fields: `trainer.*` are GRPOConfig fields verbatim, `vllm.*` are
+GRPOConfig's `vllm_*` fields without the prefix, `peft.*` are LoraConfig fields, `deepspeed` is
+DeepSpeed's JSON. What is not a plain copy is derived here, with the reason next to it.
+"""
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+# vllm/ keys that are grpo_exp's own rather than GRPOConfig's vllm_* fields.
+VLLM_OWN_KEYS = {"mode", "gpus"}
+
+
+def model_path(cfg: DictConfig) -> str:
+    """Hub id or local directory of the model; the tiny model is built locally on first use."""
+    if cfg.model.name_or_path is not None:
+        return cfg.model.name_or_path
+    from grpo_exp.tiny import tiny_model_dir
+
+    return str(tiny_model_dir(cfg.model))
+
+
+def deepspeed_dict(cfg: DictConfig) -> dict | None:
+    """DeepSpeed's config dict as DeepSpeed defines it; None when the group is `none`."""
+    ds = OmegaConf.to_container(cfg.deepspeed, resolve=True)
+    return ds or None
+
+
+def vllm_fields(cfg: DictConfig) -> dict:
+    """GRPOConfig's vllm fields: `use_vllm` from the mode, every other key gets its prefix back."""
+    if cfg.vllm.mode == "off":
+        return {"use_vllm": False}
+    fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
+    return {"use_vllm": True, **fields}
+
+
+def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
+    """GRPOConfig for this run. `use_cpu` must be true on CPU: without it torchrun trains N
+    independent single-process copies instead of one DDP run."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        **OmegaConf.to_container(cfg.trainer, resolve=True),
+        **vllm_fields(cfg),
+        model_init_kwargs={"dtype": cfg.model.dtype},
+        deepspeed=deepspeed_dict(cfg),
+        output_dir=str(run_dir / "checkpoints"),
+        run_name=cfg.run_name,
+        seed=cfg.seed,
+        use_cpu=use_cpu,
+        report_to=["wandb"] if cfg.logger.name == "wandb" else "none",
+    )
+
+
+def lora_config(cfg: DictConfig):
+    """peft.LoraConfig from the `peft` group, or None for full fine-tuning."""
+    if not cfg.peft.enabled:
+        return None
+    from peft import LoraConfig
+
+    fields = {k: v for k, v in OmegaConf.to_container(cfg.peft).items() if k != "enabled"}
+    return LoraConfig(task_type="CAUSAL_LM", **fields)
+
+
+def reward_funcs(cfg: DictConfig) -> list:
+    """The functions named by `data.rewards.<name>._target_`; other keys in the entry become
+    keyword arguments (a functools.partial, which TRL still names after the function)."""
+    from hydra.utils import get_method, instantiate
+
+    funcs = []
+    for name, node in cfg.data.rewards.items():
+        has_kwargs = any(k != "_target_" for k in node)
+        funcs.append(instantiate(node, _partial_=True) if has_kwargs else get_method(node._target_))
+        log.info("reward %s <- %s", name, node._target_)
+    return funcs
+
+
+def tokenizer(cfg: DictConfig, path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:  # Llama ships without one; GRPO pads prompt batches
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
+    """A ready `trl.GRPOTrainer` for the frozen config."""
+    from trl import GRPOTrainer
+
+    from grpo_exp.data import build_dataset
+
+    path = model_path(cfg)
+    tok = tokenizer(cfg, path)
+    args = grpo_config(cfg, run_dir, use_cpu)
+    log.info("model %s (%s) from %s", cfg.model.name, cfg.model.dtype, path)
+    return GRPOTrainer(
+        model=path,
+        reward_funcs=reward_funcs(cfg),
+        args=args,
+        train_dataset=build_dataset(cfg.data, tok, cfg.seed),
+        processing_class=tok,
+        peft_config=lora_config(cfg),
+        callbacks=callbacks,
+    )

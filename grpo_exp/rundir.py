@@ -1,0 +1,93 @@
+"""The run dir: the one place a run's files are named, written and read.
+
+    config.yaml     the resolved config, frozen by the driver; every process reads this file
+    train.log       what every process printed
+    metrics.jsonl   one JSON object per logged step, flushed as written
+    summary.json    status, exit_code, wall_s, final metrics (rewritten atomically)
+
+Pure Python (json, omegaconf): the driver uses it without importing torch.
+"""
+
+import json
+import math
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+CONFIG = "config.yaml"
+LOG = "train.log"
+METRICS = "metrics.jsonl"
+SUMMARY = "summary.json"
+
+# Exit codes, shared by the driver, the workers and summary.json["exit_code"].
+EXIT_OK = 0
+EXIT_FAILED = 1  # unexpected failure
+EXIT_INVALID = 2  # the config is wrong; nothing was launched
+EXIT_INTERRUPTED = 130
+STATUS_EXIT_CODES = {"completed": EXIT_OK, "failed": EXIT_FAILED, "invalid": EXIT_INVALID, "interrupted": EXIT_INTERRUPTED}
+
+
+def freeze_config(cfg: DictConfig, run_dir: Path) -> Path:
+    """Write the fully resolved config; from here on nobody re-resolves it (no per-rank ${now:})."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CONFIG
+    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    return path
+
+
+def load_config(path: str | Path) -> DictConfig:
+    cfg = OmegaConf.load(path)
+    OmegaConf.set_readonly(cfg, True)  # a worker that edits its config would drift from the other ranks
+    return cfg
+
+
+def _jsonable(value):
+    """Plain JSON: tensors/numpy scalars become floats, NaN/inf become null (JSON has neither)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+class MetricsWriter:
+    """Appends one line per logged step and flushes it, so a crash loses nothing already logged."""
+
+    def __init__(self, run_dir: Path):
+        self._file = open(run_dir / METRICS, "a", buffering=1)
+
+    def write(self, step: int, metrics: dict) -> None:
+        self._file.write(json.dumps({"step": step, **_jsonable(metrics)}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def write_summary(run_dir: Path, **fields) -> dict:
+    """Merge `fields` into summary.json (atomic replace: readers never see half a file)."""
+    summary = read_summary(run_dir)
+    summary.update(_jsonable(fields))
+    if "status" in fields:
+        summary["exit_code"] = STATUS_EXIT_CODES.get(summary["status"], EXIT_FAILED)
+    tmp = Path(run_dir) / (SUMMARY + ".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, Path(run_dir) / SUMMARY)
+    return summary
+
+
+def read_summary(run_dir: Path) -> dict:
+    path = Path(run_dir) / SUMMARY
+    return json.loads(path.read_text()) if path.exists() else {}

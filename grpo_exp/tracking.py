@@ -1,0 +1,69 @@
+"""Experiment tracking: W&B, or a null tracker with the same two calls (`start`, `finish`).
+
+The W&B run is created here, on rank 0, before the trainer: transformers' WandbCallback then logs
+into this run instead of creating its own, so the run carries our config, tags and group.
+"""
+
+import netrc
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class NullTracker:
+    def finish(self, summary: dict, exit_code: int) -> None:
+        pass
+
+
+def has_wandb_credentials() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def wandb_mode(cfg: DictConfig) -> str:
+    if cfg.logger.mode != "auto":
+        return cfg.logger.mode
+    return "online" if has_wandb_credentials() else "offline"
+
+
+def run_tags(cfg: DictConfig) -> list[str]:
+    ds = cfg.deepspeed.get("zero_optimization", {}).get("stage") if cfg.deepspeed else None
+    derived = [
+        f"model:{cfg.model.name}",
+        f"topology:{cfg.topology.name}",
+        f"deepspeed:{'zero' + str(ds) if ds is not None else 'none'}",
+        f"vllm:{cfg.vllm.mode}",
+    ]
+    return derived + list(cfg.logger.tags)
+
+
+class WandbTracker:
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        import wandb
+
+        overrides = run_dir / ".hydra" / "overrides.yaml"
+        config = OmegaConf.to_container(cfg, resolve=True)
+        config["overrides"] = OmegaConf.to_container(OmegaConf.load(overrides)) if overrides.exists() else []
+        self.run = wandb.init(
+            project=cfg.logger.project,
+            entity=cfg.logger.entity,
+            group=cfg.logger.group or cfg.experiment,
+            name=cfg.run_name or run_dir.name,
+            dir=str(run_dir),
+            mode=wandb_mode(cfg),
+            config=config,
+            tags=run_tags(cfg),
+        )
+
+    def finish(self, summary: dict, exit_code: int) -> None:
+        self.run.summary.update(summary)
+        self.run.finish(exit_code=exit_code)
+
+
+def start(cfg: DictConfig, run_dir: Path):
+    return WandbTracker(cfg, run_dir) if cfg.logger.name == "wandb" else NullTracker()

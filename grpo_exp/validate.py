@@ -1,0 +1,160 @@
+"""Cross-group checks on the composed config, before anything is launched.
+
+Hydra and the schema already rejected unknown keys, unknown group options and wrong types. What is
+left are rules that span groups or depend on the machine: each check returns `Problem`s naming the
+full config key, why it is wrong and a fix, and all of them are reported at once.
+Pure Python: no torch/transformers/trl import on this path.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_exp import data
+
+ACTIONS = ("run",)
+VLLM_MODES = ("off", "colocate", "server")
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+# Linear layers LoRA can target, per transformers model_type (names from the modeling files).
+LINEAR_MODULES = {
+    "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"],
+    "qwen3": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"],
+    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"],
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    key: str  # full config key, e.g. trainer.num_generations
+    why: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.why}\n    fix: {self.fix}"
+
+
+class ConfigError(Exception):
+    """Invalid configuration: the driver prints the problems and exits 2, without a traceback."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+def _one_of(key: str, value, allowed) -> list[Problem]:
+    if value in allowed:
+        return []
+    return [Problem(key, f"'{value}' is not a valid option", f"use one of: {', '.join(map(str, allowed))}")]
+
+
+def check_required(cfg: DictConfig) -> list[Problem]:
+    return [
+        Problem(key, "is required and has no value", f"set it on the command line: {key}=...")
+        for key in OmegaConf.missing_keys(cfg)
+    ]
+
+
+def check_choices(cfg: DictConfig) -> list[Problem]:
+    return (
+        _one_of("action", cfg.action, ACTIONS)
+        + _one_of("vllm.mode", cfg.vllm.mode, VLLM_MODES)
+        + _one_of("model.dtype", cfg.model.dtype, DTYPES)
+        + _one_of("data.loader", cfg.data.loader, sorted(data.LOADERS))
+        + _one_of("model.model_type", cfg.model.model_type, sorted(LINEAR_MODULES))
+    )
+
+
+def check_local_paths(cfg: DictConfig) -> list[Problem]:
+    problems = []
+    path = cfg.data.path
+    if path and not OmegaConf.is_missing(cfg.data, "path") and path.endswith((".json", ".jsonl")) and not Path(path).is_file():
+        problems.append(Problem("data.path", f"file {path} does not exist", "point data.path at an existing .json/.jsonl file"))
+    model = cfg.model.name_or_path
+    if model and model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
+        problems.append(Problem("model.name_or_path", f"directory {model} does not exist", "point it at a saved HF model directory, or use a hub id"))
+    return problems
+
+
+def check_rewards(cfg: DictConfig) -> list[Problem]:
+    from hydra.utils import get_method
+
+    problems = []
+    if not cfg.data.rewards:
+        problems.append(Problem("data.rewards", "no reward function is configured", "add one, e.g. +data.rewards.correctness._target_=grpo_exp.rewards.correctness"))
+    for name, node in cfg.data.rewards.items():
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        try:
+            get_method(target)
+        except Exception:
+            problems.append(Problem(f"data.rewards.{name}._target_", f"'{target}' is not an importable function", "name a function such as grpo_exp.rewards.correctness"))
+    weights = cfg.trainer.reward_weights
+    if weights is not None and len(weights) != len(cfg.data.rewards):
+        problems.append(Problem("trainer.reward_weights", f"has {len(weights)} weights for {len(cfg.data.rewards)} reward functions ({', '.join(cfg.data.rewards)})", "give one weight per data.rewards entry, or null"))
+    return problems
+
+
+def check_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
+    """TRL's batch rules, checked against the world size this run will have (GRPOConfig only
+    checks them inside each process, after launch)."""
+    t = cfg.trainer
+    if t.num_generations < 2:
+        return [Problem("trainer.num_generations", f"is {t.num_generations}; GRPO needs >= 2 completions per prompt to compute advantages", "set trainer.num_generations=2 or more")]
+    if t.generation_batch_size is not None and t.steps_per_generation is not None:
+        return [Problem("trainer.generation_batch_size", "and trainer.steps_per_generation are both set; TRL derives one from the other", "set only one of them (null the other)")]
+    micro = t.per_device_train_batch_size * world_size
+    if t.generation_batch_size is not None:
+        if t.generation_batch_size % micro:
+            return [Problem("trainer.generation_batch_size", f"{t.generation_batch_size} is not a multiple of per_device_train_batch_size x world size = {micro}", f"use a multiple of {micro}")]
+        generation_batch = t.generation_batch_size
+    else:
+        generation_batch = micro * (t.steps_per_generation or t.gradient_accumulation_steps)
+    if generation_batch % t.num_generations:
+        fits = [g for g in range(2, generation_batch + 1) if generation_batch % g == 0]
+        return [Problem(
+            "trainer.num_generations",
+            f"{t.num_generations} does not divide the generation batch {generation_batch} "
+            f"(per_device_train_batch_size {t.per_device_train_batch_size} x world size {world_size} x steps_per_generation "
+            f"{t.steps_per_generation or t.gradient_accumulation_steps}); every prompt needs all its completions in one batch",
+            f"trainer.num_generations in {fits}, or a per_device_train_batch_size/steps_per_generation that makes the batch a multiple of {t.num_generations}",
+        )]
+    return []
+
+
+def check_lora(cfg: DictConfig) -> list[Problem]:
+    if not cfg.peft.enabled:
+        return []
+    known = LINEAR_MODULES.get(cfg.model.model_type, [])
+    unknown = [m for m in cfg.peft.target_modules if m not in known]
+    if not cfg.peft.target_modules:
+        return [Problem("peft.target_modules", "is empty: LoRA would train nothing", f"choose from {known}")]
+    if unknown:
+        return [Problem("peft.target_modules", f"{unknown} are not layers of a {cfg.model.model_type} model", f"choose from {known}")]
+    return []
+
+
+def check_machine(cfg: DictConfig, gpus: int) -> list[Problem]:
+    """What this machine can run (action=run launches here)."""
+    problems = []
+    topo = cfg.topology
+    if topo.nnodes > 1:
+        problems.append(Problem("topology.nnodes", f"is {topo.nnodes}; this version launches on one machine only", "use topology=local or a 1xN topology"))
+    if topo.gpus_per_node is not None and topo.gpus_per_node > gpus:
+        problems.append(Problem("topology.gpus_per_node", f"asks for {topo.gpus_per_node} GPUs; this machine has {gpus}", "use topology=local, which adapts to this machine"))
+    if cfg.vllm.mode != "off" and gpus == 0:
+        problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here"))
+    if cfg.vllm.mode == "server":
+        problems.append(Problem("vllm.mode", "server mode needs the vLLM server launcher, which this version does not have yet", "use vllm=colocate or vllm=off"))
+    return problems
+
+
+def validate(cfg: DictConfig, world_size: int, gpus: int) -> list[Problem]:
+    """Every problem with `cfg`, for a run of `world_size` processes on a machine with `gpus` GPUs."""
+    problems = check_required(cfg)
+    if problems:  # the remaining checks read these values
+        return problems
+    problems = check_choices(cfg) + check_local_paths(cfg) + check_rewards(cfg) + check_lora(cfg)
+    problems += check_machine(cfg, gpus)
+    if not problems:
+        problems += check_batch(cfg, world_size)
+    return problems

@@ -1,0 +1,116 @@
+"""One training process: `python -m grpo_exp.worker <run dir>/config.yaml` (torchrun runs one per rank).
+
+Reads the frozen config (never Hydra), builds the trainer, trains, and on rank 0 writes
+metrics.jsonl as steps are logged and summary.json at the end, whatever the end is.
+"""
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from grpo_exp import rundir
+
+log = logging.getLogger("grpo_exp")
+
+
+def _setup_logging(rank: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stdout,
+        force=True,
+    )
+
+
+def _init_distributed_early(cfg, world_size: int, use_cpu: bool) -> None:
+    """ZeRO-3 partitions weights while they load, so the process group must exist before the model."""
+    if world_size > 1 and cfg.deepspeed:
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend="gloo" if use_cpu else "nccl")
+
+
+def _distributed_facts() -> dict:
+    """What the run really was, read from torch.distributed itself (tests assert on it)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return {"world_size": 1, "backend": None}
+    return {"world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
+
+
+def make_callback(run_dir: Path):
+    """A TrainerCallback that mirrors every log() of rank 0 into metrics.jsonl. GRPOTrainer.log()
+    has already merged its reward/completion metrics into `logs` when callbacks see them."""
+    from transformers import TrainerCallback
+
+    class _RunDirCallback(TrainerCallback):
+        def __init__(self):
+            self.writer = rundir.MetricsWriter(run_dir) if _rank() == 0 else None
+            self.last_logs: dict = {}
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.writer is None or not logs:
+                return
+            if "train_runtime" not in logs:  # that one is Trainer's end-of-run summary, not a step
+                self.writer.write(state.global_step, logs)
+            self.last_logs.update(logs)
+
+    return _RunDirCallback()
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def main(config_path: str) -> int:
+    started = time.time()
+    rank, world_size = _rank(), int(os.environ.get("WORLD_SIZE", "1"))
+    _setup_logging(rank)
+    cfg = rundir.load_config(config_path)
+    run_dir = Path(config_path).parent
+
+    import torch
+
+    use_cpu = not torch.cuda.is_available()
+    _init_distributed_early(cfg, world_size, use_cpu)
+
+    from grpo_exp import build, tracking
+
+    tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
+    callback = make_callback(run_dir)
+    status, error, exit_code = "failed", None, rundir.EXIT_FAILED
+    facts: dict = {}
+    try:
+        trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback])
+        facts = _distributed_facts()
+        log.info("world_size=%s backend=%s device=%s", facts["world_size"], facts["backend"], trainer.args.device)
+        result = trainer.train()
+        status, exit_code = "completed", rundir.EXIT_OK
+        final = {"train_runtime_s": result.metrics.get("train_runtime"), "global_step": result.global_step}
+    except KeyboardInterrupt:
+        status, exit_code, final = "interrupted", rundir.EXIT_INTERRUPTED, {}
+        raise
+    except Exception as exc:
+        error, final = f"{type(exc).__name__}: {exc}", {}
+        log.exception("training failed")
+    finally:
+        if rank == 0:
+            summary = rundir.write_summary(
+                run_dir,
+                status=status,
+                error=error,
+                distributed=facts,
+                final_metrics=callback.last_logs,
+                worker_wall_s=round(time.time() - started, 3),
+                **final,
+            )
+            tracker.finish(summary, exit_code)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
