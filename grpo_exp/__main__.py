@@ -25,7 +25,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import errors, launch, rundir
 from grpo_exp.schema import register_configs
-from grpo_exp.validate import ConfigError, validate
+from grpo_exp.validate import validate
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 log = logging.getLogger("grpo_exp")
@@ -40,7 +40,9 @@ def run(cfg: DictConfig) -> int:
     problems = validate(cfg, world_size=nprocs, gpus=gpus)
     if problems:
         _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
-        raise ConfigError(problems)
+        errors.report("\n".join(map(str, problems)))
+        _exit_codes.append(rundir.EXIT_INVALID)
+        return rundir.EXIT_INVALID
 
     rundir.freeze_config(cfg, run_dir)
     rundir.write_summary(run_dir, status="running", world_size=nprocs)
@@ -79,11 +81,8 @@ def main() -> None:
     register_configs()
     try:
         run()
-    except ConfigError as exc:
-        errors.report(str(exc))
-        sys.exit(rundir.EXIT_INVALID)
     except (HydraException, OmegaConfBaseException) as exc:
-        errors.report(errors.explain(exc, CONF_DIR))
+        errors.report(errors.explain(exc))
         sys.exit(rundir.EXIT_INVALID)
     if not _exit_codes:  # --cfg, --help, --info: nothing ran
         sys.exit(0)

@@ -13,7 +13,7 @@ from omegaconf import DictConfig, OmegaConf
 log = logging.getLogger(__name__)
 
 # vllm/ keys that are grpo_exp's own rather than GRPOConfig's vllm_* fields.
-VLLM_OWN_KEYS = {"mode", "gpus"}
+VLLM_OWN_KEYS = {"gpus"}
 
 
 def model_path(cfg: DictConfig) -> str:
@@ -32,7 +32,7 @@ def deepspeed_dict(cfg: DictConfig) -> dict | None:
 
 
 def vllm_fields(cfg: DictConfig) -> dict:
-    """GRPOConfig's vllm fields: `use_vllm` from the mode, every other key gets its prefix back."""
+    """GRPOConfig's vllm fields: every key gets its `vllm_` prefix back; mode `off` is use_vllm=False."""
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
     fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}

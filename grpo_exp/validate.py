@@ -6,6 +6,7 @@ full config key, why it is wrong and a fix, and all of them are reported at once
 Pure Python: no torch/transformers/trl import on this path.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,14 +35,6 @@ class Problem:
         return f"{self.key}: {self.why}\n    fix: {self.fix}"
 
 
-class ConfigError(Exception):
-    """Invalid configuration: the driver prints the problems and exits 2, without a traceback."""
-
-    def __init__(self, problems: list[Problem]):
-        self.problems = problems
-        super().__init__("\n".join(str(p) for p in problems))
-
-
 def _one_of(key: str, value, allowed) -> list[Problem]:
     if value in allowed:
         return []
@@ -53,6 +46,22 @@ def check_required(cfg: DictConfig) -> list[Problem]:
         Problem(key, "is required and has no value", f"set it on the command line: {key}=...")
         for key in OmegaConf.missing_keys(cfg)
     ]
+
+
+def check_unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Problem]:
+    """Keys added with `+key=value` that the schema does not have (Hydra lets `+` add them)."""
+    schema = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(schema):
+        return []
+    fields = {f.name for f in dataclasses.fields(schema)}
+    problems = []
+    for key in cfg.keys():
+        full_key = f"{prefix}{key}"
+        if key not in fields:
+            problems.append(Problem(full_key, "unknown key", f"use one of: {', '.join(sorted(fields))}"))
+        elif OmegaConf.is_dict(cfg._get_node(key)):
+            problems += check_unknown_keys(cfg[key], f"{full_key}.")
+    return problems
 
 
 def check_choices(cfg: DictConfig) -> list[Problem]:
@@ -68,7 +77,9 @@ def check_choices(cfg: DictConfig) -> list[Problem]:
 def check_local_paths(cfg: DictConfig) -> list[Problem]:
     problems = []
     path = cfg.data.path
-    if path and not OmegaConf.is_missing(cfg.data, "path") and path.endswith((".json", ".jsonl")) and not Path(path).is_file():
+    if path is None and cfg.data.loader in ("gsm8k", "jsonl"):
+        problems.append(Problem("data.path", f"is required for data.loader={cfg.data.loader}", "set data.path=/path/to/train.jsonl (or a hub dataset id for gsm8k)"))
+    if path and path.endswith((".json", ".jsonl")) and not Path(path).is_file():
         problems.append(Problem("data.path", f"file {path} does not exist", "point data.path at an existing .json/.jsonl file"))
     model = cfg.model.name_or_path
     if model and model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
@@ -150,7 +161,7 @@ def check_machine(cfg: DictConfig, gpus: int) -> list[Problem]:
 
 def validate(cfg: DictConfig, world_size: int, gpus: int) -> list[Problem]:
     """Every problem with `cfg`, for a run of `world_size` processes on a machine with `gpus` GPUs."""
-    problems = check_required(cfg)
+    problems = check_required(cfg) + check_unknown_keys(cfg)
     if problems:  # the remaining checks read these values
         return problems
     problems = check_choices(cfg) + check_local_paths(cfg) + check_rewards(cfg) + check_lora(cfg)

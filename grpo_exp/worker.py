@@ -33,13 +33,25 @@ def _init_distributed_early(cfg, world_size: int, use_cpu: bool) -> None:
         deepspeed.init_distributed(dist_backend="gloo" if use_cpu else "nccl")
 
 
-def _distributed_facts() -> dict:
-    """What the run really was, read from torch.distributed itself (tests assert on it)."""
+def _run_facts(trainer) -> dict:
+    """What the run really was, read from torch.distributed and the wrapped model (tests assert on it)."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
-        return {"world_size": 1, "backend": None}
-    return {"world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
+    distributed = dist.is_available() and dist.is_initialized()
+    engine = trainer.model_wrapped
+    params = list(trainer.model.parameters())
+    return {
+        "world_size": dist.get_world_size() if distributed else 1,
+        "backend": str(dist.get_backend()) if distributed else None,
+        "wrapper": type(engine).__name__,  # DistributedDataParallel, DeepSpeedEngine, or the model itself
+        "zero_stage": engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else None,
+        "trainable_parameters": sum(_numel(p) for p in params if p.requires_grad),
+        "parameters": sum(_numel(p) for p in params),
+    }
+
+
+def _numel(param) -> int:
+    return getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 shards hold ds_numel
 
 
 def make_callback(run_dir: Path):
@@ -75,10 +87,13 @@ def main(config_path: str) -> int:
 
     import torch
 
-    use_cpu = not torch.cuda.is_available()
-    _init_distributed_early(cfg, world_size, use_cpu)
-
     from grpo_exp import build, tracking
+
+    use_cpu = not torch.cuda.is_available()
+    # Before any process group exists: transformers saves only from rank 0 once one does, and the
+    # rank that wins the build lock may be another.
+    build.model_path(cfg)
+    _init_distributed_early(cfg, world_size, use_cpu)
 
     tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
     callback = make_callback(run_dir)
@@ -86,9 +101,9 @@ def main(config_path: str) -> int:
     facts: dict = {}
     try:
         trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback])
-        facts = _distributed_facts()
-        log.info("world_size=%s backend=%s device=%s", facts["world_size"], facts["backend"], trainer.args.device)
         result = trainer.train()
+        facts = _run_facts(trainer)
+        log.info("run facts: %s", facts)
         status, exit_code = "completed", rundir.EXIT_OK
         final = {"train_runtime_s": result.metrics.get("train_runtime"), "global_step": result.global_step}
     except KeyboardInterrupt:
@@ -103,7 +118,7 @@ def main(config_path: str) -> int:
                 run_dir,
                 status=status,
                 error=error,
-                distributed=facts,
+                runtime=facts,
                 final_metrics=callback.last_logs,
                 worker_wall_s=round(time.time() - started, 3),
                 **final,
