@@ -82,8 +82,8 @@ def check_local_paths(cfg: DictConfig) -> list[Problem]:
     if path and path.endswith((".json", ".jsonl")) and not Path(path).is_file():
         problems.append(Problem("data.path", f"file {path} does not exist", "point data.path at an existing .json/.jsonl file"))
     model = cfg.model.name_or_path
-    if model and model.startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
-        problems.append(Problem("model.name_or_path", f"directory {model} does not exist", "point it at a saved HF model directory, or use a hub id"))
+    if model and model.startswith(("/", "./", "../", "~")) and not (Path(model).expanduser() / "config.json").is_file():
+        problems.append(Problem("model.name_or_path", f"{model} is not a saved HF model directory (no config.json)", "point it at a directory written by save_pretrained, or use a hub id"))
     return problems
 
 

@@ -1,0 +1,27 @@
+# Two commands for a fresh machine with Python >= 3.10:
+#   make demo   set up .venv and run the default experiment (tiny model, a few real GRPO steps)
+#   make test   set up .venv and run the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: demo test setup clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# torch first, pinned: an unpinned resolve may pull a multi-GB CUDA build.
+	$(PY) -m pip install --quiet -c constraints.txt torch
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $@
+
+demo: setup
+	$(PY) -m grpo_exp
+
+test: setup
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) outputs/*/ .pytest_cache

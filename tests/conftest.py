@@ -1,0 +1,47 @@
+"""Shared fixtures: compose configs in-process (Hydra compose API) and run the real CLI."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+from grpo_exp.schema import register_configs
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+register_configs()
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def compose_cfg(*overrides: str) -> DictConfig:
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        return compose("config", overrides=list(overrides))
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory) -> Path:
+    """One tiny-model cache for the session (GRPO_EXP_CACHE), unless the caller set one."""
+    return Path(os.environ.get("GRPO_EXP_CACHE") or tmp_path_factory.mktemp("grpo_exp_cache"))
+
+
+@pytest.fixture
+def cli(model_cache, tmp_path):
+    """Run `python -m grpo_exp <overrides>` with its run dir in tmp_path; returns (result, run_dir)."""
+
+    def run(*overrides: str, run_dir: Path | None = None, timeout: int = 600, multirun: bool = False):
+        run_dir = run_dir or tmp_path / "run"
+        where = [f"hydra.sweep.dir={run_dir}"] if multirun else [f"hydra.run.dir={run_dir}"]
+        env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "WANDB_SILENT": "true"}
+        env.pop("WANDB_API_KEY", None)  # tests never go online
+        cmd = [sys.executable, "-m", "grpo_exp", *(["-m"] if multirun else []), *overrides, *where]
+        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
+        return result, run_dir
+
+    return run

@@ -1,0 +1,58 @@
+"""The command line without training: --help, --cfg job, and every bad input -> exit 2, no traceback."""
+
+import pytest
+
+BAD_INPUTS = {
+    "unknown group option": (["model=qwen7"], "model=qwen7: no such option", "qwen7b"),
+    "unknown key": (["trainer.num_generation=4"], "trainer.num_generation: unknown key", "num_generations"),
+    "unknown key added with +": (["+trainer.foo=1"], "trainer.foo: unknown key", "num_generations"),
+    "unknown root key": (["+foo=1"], "foo: unknown key", "trainer"),
+    "wrong type": (["trainer.learning_rate=abc"], "trainer.learning_rate: Value 'abc'", "takes a Float"),
+    "wrong type, list for int": (["trainer.num_generations=[1,2]"], "trainer.num_generations:", "takes a"),
+    "override syntax": (["trainer=["], "trainer=[: not a valid override", "key=value"),
+    "missing required path": (["data=jsonl"], "data.path: is required", "data.path="),
+    "nonexistent data file": (["data=jsonl", "data.path=/nonexistent/x.jsonl"], "data.path: file /nonexistent/x.jsonl does not exist", "existing"),
+    "model dir without config.json": (["model.name_or_path=/tmp"], "model.name_or_path: /tmp is not a saved HF model", "save_pretrained"),
+    "bad choice": (["vllm.mode=sometimes"], "vllm.mode: 'sometimes' is not a valid option", "colocate"),
+    "bad dtype": (["model.dtype=fp8"], "model.dtype: 'fp8' is not a valid option", "bfloat16"),
+    "num_generations < 2": (["trainer.num_generations=1"], "trainer.num_generations: is 1", ">= 2"),
+    "batch not divisible": (["trainer.num_generations=3"], "does not divide the generation batch 8", "[2, 4, 8]"),
+    "reward weights length": (["trainer.reward_weights=[1.0]"], "trainer.reward_weights: has 1 weights for 3", "one weight per"),
+    "reward target": (["data.rewards.correctness._target_=grpo_exp.rewards.nope"], "data.rewards.correctness._target_", "importable"),
+    "lora target module": (["peft=lora", "peft.target_modules=[qproj]"], "peft.target_modules: ['qproj']", "q_proj"),
+    "vllm on CPU": (["vllm=colocate"], "vllm.mode: 'colocate' needs a CUDA GPU", "vllm=off"),
+    "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "topology=local"),
+    "multi-node": (["topology=2x8"], "topology.nnodes: is 2", "one machine"),
+}
+
+
+@pytest.mark.parametrize("overrides,message,fix", BAD_INPUTS.values(), ids=list(BAD_INPUTS))
+def test_bad_input_exits_2_with_key_and_fix(cli, overrides, message, fix):
+    result, run_dir = cli(*overrides, "logger=none")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.startswith("grpo_exp: invalid config")
+    assert message in result.stderr and fix in result.stderr, result.stderr
+    assert not run_dir.exists(), "a rejected config must leave nothing behind"
+
+
+def test_all_problems_reported_at_once(cli):
+    result, _ = cli("trainer.reward_weights=[1.0]", "peft=lora", "peft.target_modules=[x]", "vllm=colocate")
+    assert result.returncode == 2
+    for key in ("trainer.reward_weights", "peft.target_modules", "vllm.mode"):
+        assert f"\n{key}:" in result.stderr
+
+
+def test_help_lists_groups(cli):
+    result, run_dir = cli("--help")
+    assert result.returncode == 0
+    for group in ("model:", "trainer:", "vllm:", "deepspeed:", "peft:", "topology:", "logger:", "qwen7b", "zero3"):
+        assert group in result.stdout
+    assert not run_dir.exists()
+
+
+def test_cfg_job_prints_composed_config(cli):
+    result, _ = cli("--cfg", "job", "model=qwen7b", "deepspeed=zero3")
+    assert result.returncode == 0
+    assert "name_or_path: Qwen/Qwen2.5-7B-Instruct" in result.stdout
+    assert "stage: 3" in result.stdout

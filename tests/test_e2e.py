@@ -1,0 +1,137 @@
+"""Real GRPO training of the tiny model through the CLI: one process, DDP, ZeRO-2/3, LoRA, a local
+GSM8K file, a multirun, a failing run and an interrupted one. Each asserts what the run dir says
+and what torch.distributed / the wrapped model were inside the run."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from grpo_exp import build, rundir
+from tests.conftest import compose_cfg
+
+pytestmark = pytest.mark.e2e
+STEPS = 2
+
+
+def assert_trained(result, run_dir, steps=STEPS) -> dict:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "completed" and summary["exit_code"] == 0
+    assert summary["global_step"] == steps
+    metrics = rundir.read_metrics(run_dir)
+    assert [m["step"] for m in metrics] == list(range(1, steps + 1))
+    for m in metrics:
+        assert isinstance(m["loss"], float) and isinstance(m["reward"], float), m
+        assert "rewards/correctness/mean" in m
+    assert (run_dir / rundir.CONFIG).is_file() and (run_dir / rundir.LOG).stat().st_size > 0
+    return summary
+
+
+def test_default_single_process_with_wandb_offline(cli):
+    result, run_dir = cli("topology.cpu_procs=1", f"trainer.max_steps={STEPS}")
+    summary = assert_trained(result, run_dir)
+    assert summary["runtime"]["world_size"] == 1
+    assert summary["runtime"]["wrapper"] == "Qwen2ForCausalLM"
+    # Offline W&B run inside the run dir: a binary .wandb log (wandb's LevelDB-style format).
+    files = list((run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 1 and files[0].read_bytes()[:4] == b":W&B"
+    # The frozen config is what the run used, fully resolved (no interpolations left).
+    frozen = (run_dir / rundir.CONFIG).read_text()
+    assert "${" not in frozen and "bf16: false" in frozen
+
+
+def test_two_processes_real_ddp_over_gloo(cli):
+    result, run_dir = cli("logger=none", f"trainer.max_steps={STEPS}")
+    summary = assert_trained(result, run_dir)
+    assert summary["runtime"]["world_size"] == 2
+    assert summary["runtime"]["backend"] == "gloo"
+    assert summary["runtime"]["wrapper"] == "DistributedDataParallel"
+    assert "[rank1]" in (run_dir / rundir.LOG).read_text()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_on_two_processes(cli, stage):
+    result, run_dir = cli("logger=none", f"deepspeed=zero{stage}", f"trainer.max_steps={STEPS}")
+    summary = assert_trained(result, run_dir)
+    assert summary["runtime"]["world_size"] == 2 and summary["runtime"]["backend"] == "gloo"
+    assert summary["runtime"]["wrapper"] == "DeepSpeedEngine"
+    assert summary["runtime"]["zero_stage"] == stage
+    assert summary["runtime"]["trainable_parameters"] == 107072  # ZeRO-3 shards still count whole
+
+
+def test_lora_trains_only_adapters(cli):
+    result, run_dir = cli("logger=none", "peft=lora", "topology.cpu_procs=1", f"trainer.max_steps={STEPS}", "trainer.beta=0.04")
+    summary = assert_trained(result, run_dir)
+    runtime = summary["runtime"]
+    assert runtime["wrapper"].startswith("PeftModel")
+    # r=16 adapters on 7 linear layers x 2 layers of the tiny Qwen2: 32768 trainable parameters.
+    assert runtime["trainable_parameters"] == 32768
+    assert runtime["parameters"] == 107072 + 32768
+
+
+def test_gsm8k_from_local_file_drops_long_prompts(cli):
+    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "gsm8k_sample.jsonl")
+    result, run_dir = cli(
+        "logger=none", "data=gsm8k", f"data.path={fixture}", "data.max_prompt_length=200",
+        "topology.cpu_procs=1", "trainer.per_device_train_batch_size=2", "trainer.num_generations=2",
+        f"trainer.max_steps={STEPS}",
+    )
+    assert_trained(result, run_dir)
+    log = (run_dir / rundir.LOG).read_text()
+    assert "data.max_prompt_length=200: dropped" in log
+    dropped = int(log.split("data.max_prompt_length=200: dropped ")[1].split()[0])
+    assert dropped == 5  # prompts of 152, 159 and 190 tokens stay; 245..437 go
+
+
+def test_multirun_sweeps_two_jobs(cli):
+    result, sweep_dir = cli(
+        "logger=none", "topology.cpu_procs=1", "trainer.max_steps=1", "trainer.num_generations=2,4", multirun=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for job, generations in (("0", 2), ("1", 4)):
+        summary = rundir.read_summary(sweep_dir / job)
+        assert summary["status"] == "completed"
+        assert f"num_generations: {generations}" in (sweep_dir / job / rundir.CONFIG).read_text()
+
+
+def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
+    """A model whose config.json names no known architecture: passes the driver's checks, fails in
+    the worker while loading."""
+    monkeypatch.setenv("GRPO_EXP_CACHE", str(model_cache))
+    broken = tmp_path / "broken_model"
+    shutil.copytree(build.model_path(compose_cfg()), broken)
+    (broken / "config.json").write_text('{"model_type": "no_such_architecture"}')
+    result, run_dir = cli("logger=none", "topology.cpu_procs=1", f"model.name_or_path={broken}")
+    assert result.returncode == 1
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "failed" and summary["exit_code"] == 1
+    assert "no_such_architecture" in summary["error"]
+    assert "training failed" in (run_dir / rundir.LOG).read_text()
+
+
+def test_sigint_ends_every_process_of_the_run(model_cache, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "grpo_exp", "logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 180
+    while not rundir.read_metrics(run_dir) and time.time() < deadline:  # training has started
+        time.sleep(0.5)
+    assert rundir.read_metrics(run_dir), "training never logged a step"
+    workers = psutil.Process(driver.pid).children(recursive=True)
+    ranks = [p for p in workers if "grpo_exp.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    assert len(ranks) == 2  # plus torchrun's agent
+    driver.send_signal(signal.SIGINT)
+    assert driver.wait(timeout=60) == rundir.EXIT_INTERRUPTED
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+    assert json.loads((run_dir / rundir.SUMMARY).read_text())["status"] == "interrupted"
