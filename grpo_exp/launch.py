@@ -68,6 +68,9 @@ def worker_env(cfg: DictConfig) -> dict:
     if not needs_hub(cfg):
         env["HF_HUB_OFFLINE"] = "1"  # the default path must never touch a hub
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # Keep train.log readable: no per-file download/map progress bars (the step bar stays).
+    env.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     return env
 
 

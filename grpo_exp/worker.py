@@ -97,35 +97,31 @@ def main(config_path: str) -> int:
 
     tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
     callback = make_callback(run_dir)
-    status, error, exit_code = "failed", None, rundir.EXIT_FAILED
-    facts: dict = {}
+    outcome: dict = {"status": "failed", "error": None}
     try:
         trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback])
         result = trainer.train()
-        facts = _run_facts(trainer)
-        log.info("run facts: %s", facts)
-        status, exit_code = "completed", rundir.EXIT_OK
-        final = {"train_runtime_s": result.metrics.get("train_runtime"), "global_step": result.global_step}
+        outcome = {
+            "status": "completed",
+            "error": None,
+            "global_step": result.global_step,
+            "train_runtime_s": result.metrics.get("train_runtime"),
+            "runtime": _run_facts(trainer),
+        }
+        log.info("run facts: %s", outcome["runtime"])
     except KeyboardInterrupt:
-        status, exit_code, final = "interrupted", rundir.EXIT_INTERRUPTED, {}
+        outcome = {"status": "interrupted", "error": None}
         raise
     except Exception as exc:
-        error, final = f"{type(exc).__name__}: {exc}", {}
         log.exception("training failed")
+        outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
     finally:
-        if rank == 0:
+        if rank == 0:  # the W&B run is finished with its summary however training ended
             summary = rundir.write_summary(
-                run_dir,
-                status=status,
-                error=error,
-                runtime=facts,
-                final_metrics=callback.last_logs,
-                worker_wall_s=round(time.time() - started, 3),
-                **final,
+                run_dir, **outcome, final_metrics=callback.last_logs, worker_wall_s=round(time.time() - started, 3)
             )
-            tracker.finish(summary, exit_code)
-    return exit_code
-
+            tracker.finish(summary, summary["exit_code"])
+    return rundir.STATUS_EXIT_CODES[outcome["status"]]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))

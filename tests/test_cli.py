@@ -56,3 +56,16 @@ def test_cfg_job_prints_composed_config(cli):
     assert result.returncode == 0
     assert "name_or_path: Qwen/Qwen2.5-7B-Instruct" in result.stdout
     assert "stage: 3" in result.stdout
+
+
+def test_console_script_is_the_same_cli():
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "grpo-exp"
+    script = str(script) if script.exists() else shutil.which("grpo-exp")
+    assert script, "the grpo-exp console script is not installed"
+    result = subprocess.run([script, "--cfg", "job", "model=qwen3-8b"], capture_output=True, text=True)
+    assert result.returncode == 0 and "name_or_path: Qwen/Qwen3-8B" in result.stdout

@@ -1,14 +1,16 @@
 """Every group option composes and becomes real TRL / PEFT / DeepSpeed objects; keys map exactly."""
 
 import dataclasses
+import types
 import typing
 
 import pytest
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from grpo_exp import build
 from grpo_exp.schema import TrainerConfig, VllmConfig
-from tests.conftest import compose_cfg, group_options
+from tests.conftest import CONF, compose_cfg, group_options
 
 GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger"]
 CASES = [(g, o) for g in GROUPS for o in group_options(g)]
@@ -54,7 +56,7 @@ def _accepts(annotation, value) -> bool:
     if annotation is typing.Any:
         return True
     origin = typing.get_origin(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return any(_accepts(a, value) for a in typing.get_args(annotation))
     if value is None:
         return annotation is type(None)
@@ -67,7 +69,9 @@ def _accepts(annotation, value) -> bool:
 
 def test_trainer_keys_are_grpo_config_fields_verbatim():
     fields = _grpo_fields()
-    hints = typing.get_type_hints(__import__("trl").GRPOConfig)
+    from trl import GRPOConfig
+
+    hints = typing.get_type_hints(GRPOConfig)
     cfg = compose_cfg().trainer
     for f in dataclasses.fields(TrainerConfig):
         assert f.name in fields, f"trainer.{f.name} is not a GRPOConfig field"
@@ -127,3 +131,14 @@ def test_tiny_model_count_matches_yaml(model_cache, monkeypatch):
     cfg = compose_cfg()
     model = AutoModelForCausalLM.from_pretrained(build.model_path(cfg))
     assert sum(p.numel() for p in model.parameters()) == cfg.model.num_parameters
+
+
+def test_sweep_preset_is_a_multirun_grid():
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["+sweep=batch_x_generations"], return_hydra_config=True)
+    assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
+    assert dict(cfg.hydra.sweeper.params) == {
+        "trainer.per_device_train_batch_size": "2,4,8",
+        "trainer.num_generations": "2,4,8",
+    }
+    assert cfg.experiment == "batch_x_generations"

@@ -1,0 +1,124 @@
+"""Pure functions: rewards, data loaders, run-dir files, process counts. No training."""
+
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from grpo_exp import data, launch, rewards, rundir
+from tests.conftest import compose_cfg
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("<think>7+5</think><answer>12</answer>", "12"),
+        ("so the answer is 1,234.", "1234"),
+        ("<answer> -3 </answer> and then 99", "-3"),
+        ("no number here", "no number here"),
+        ("", None),
+    ],
+)
+def test_extract_answer(text, expected):
+    assert rewards.extract_answer(text) == expected
+
+
+def test_correctness_and_format_on_chat_completions():
+    completions = [
+        [{"role": "assistant", "content": "<think>2*21</think><answer>42</answer>"}],
+        [{"role": "assistant", "content": "I think 41"}],
+        [{"role": "assistant", "content": "<answer>42.0</answer>"}],
+    ]
+    assert rewards.correctness(completions, answer=["42", "42", "42"]) == [1.0, 0.0, 1.0]
+    assert rewards.think_answer_format(completions) == [1.0, 0.0, 0.0]
+
+
+def test_answer_closeness_is_dense_and_peaks_at_the_answer():
+    scores = rewards.answer_closeness(["10", "12", "20", "none"], answer=["10"] * 4)
+    assert scores[0] == 1.0 and 1.0 > scores[1] > scores[2] > 0.0 and scores[3] == 0.0
+
+
+def test_toy_math_is_deterministic_and_exact():
+    cfg = OmegaConf.create({"num_samples": 50})
+    first, second = data.toy_math(cfg, seed=1), data.toy_math(cfg, seed=1)
+    assert first.to_list() == second.to_list() and len(first) == 50
+    for row in first:
+        a, op, b = row["question"].removeprefix("What is ").removesuffix("?").split()
+        assert eval(f"{a}{op}{b}") == int(row["answer"])
+
+
+def test_gsm8k_loader_reads_local_file_and_extracts_final_answer():
+    cfg = OmegaConf.create({"path": "tests/fixtures/gsm8k_sample.jsonl", "subset": "main", "split": "train"})
+    ds = data.gsm8k(cfg, seed=0)
+    assert ds.column_names == ["question", "answer"]
+    assert ds[0]["answer"] == "72" and ds[7]["answer"] == "990"
+
+
+def test_to_chat_adds_system_prompt_once():
+    assert data.to_chat("q", "sys") == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q"}]
+    already = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    assert data.to_chat(already, "other") == already
+
+
+def test_metrics_writer_flushes_each_line_and_drops_nan(tmp_path):
+    writer = rundir.MetricsWriter(tmp_path)
+    writer.write(1, {"loss": 0.5, "reward": math.nan})
+    assert rundir.read_metrics(tmp_path) == [{"step": 1, "loss": 0.5, "reward": None}]  # before close
+    writer.close()
+
+
+def test_summary_merges_and_sets_exit_code(tmp_path):
+    rundir.write_summary(tmp_path, status="running", world_size=2)
+    summary = rundir.write_summary(tmp_path, status="failed", error="boom")
+    assert summary == {"status": "failed", "exit_code": 1, "world_size": 2, "error": "boom"}
+    assert rundir.read_summary(tmp_path) == summary
+
+
+def test_world_size_one_process_per_gpu_else_cpu_procs(monkeypatch):
+    cfg = compose_cfg()
+    assert launch.world_size(cfg, gpus=0) == 2
+    assert launch.world_size(cfg, gpus=4) == 4
+    assert launch.world_size(compose_cfg("topology=1x2"), gpus=8) == 2
+
+
+@pytest.mark.parametrize("visible,count", [("", 0), ("0", 1), ("0,1,3", 3), ("-1", 0)])
+def test_visible_gpus_honours_cuda_visible_devices(monkeypatch, visible, count):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert launch.visible_gpus() == count
+
+
+def test_default_run_needs_no_hub_and_real_ones_do():
+    assert not launch.needs_hub(compose_cfg())
+    assert launch.worker_env(compose_cfg())["HF_HUB_OFFLINE"] == "1"
+    assert launch.needs_hub(compose_cfg("model=qwen7b"))
+    assert launch.needs_hub(compose_cfg("data=gsm8k"))
+    assert not launch.needs_hub(compose_cfg("data=gsm8k", "data.path=tests/fixtures/gsm8k_sample.jsonl"))
+
+
+def test_driver_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = "import sys, grpo_exp.__main__, grpo_exp.validate; print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_tiny_model_builds_offline_once(tmp_path, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from grpo_exp import tiny
+
+    monkeypatch.setenv("GRPO_EXP_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model_cfg = compose_cfg().model
+    path = tiny.tiny_model_dir(model_cfg)
+    assert (path / "config.json").is_file() and (path / "READY").is_file()
+    tok = AutoTokenizer.from_pretrained(path)
+    assert len(tok) <= model_cfg.vocab_size and tok.eos_token == "<|im_end|>"
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}], add_generation_prompt=True, tokenize=False)
+    assert prompt == "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"
+    built_at = (path / "READY").stat().st_mtime_ns
+    assert tiny.tiny_model_dir(model_cfg) == path and (path / "READY").stat().st_mtime_ns == built_at  # cached
+    other = tiny.tiny_model_dir(compose_cfg("model.num_hidden_layers=3").model)
+    assert other != path  # different architecture numbers, different cache entry
