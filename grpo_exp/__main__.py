@@ -7,7 +7,8 @@
     python -m grpo_exp --help                            # groups and options
 
 Only this process calls Hydra. Training processes read <run dir>/config.yaml.
-Exit codes (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 130 interrupted.
+Exit codes (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 4 out of memory,
+130 interrupted.
 """
 
 import logging
@@ -56,16 +57,18 @@ def run(cfg: DictConfig) -> int:
 
 
 def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
-    """Final summary.json: the worker's result, or what the driver saw if it never wrote one."""
-    summary = rundir.read_summary(run_dir)
+    """Final summary.json: rank 0's, or, if no rank 0 got to write one, the ranks' own records."""
+    if rundir.read_summary(run_dir).get("status") not in (None, "running"):
+        return rundir.write_summary(run_dir, wall_s=wall_s)
+    cause = rundir.root_cause(run_dir)
+    if cause is not None:
+        return rundir.write_summary(run_dir, **cause, wall_s=wall_s)
     if code == rundir.EXIT_INTERRUPTED:
         return rundir.write_summary(run_dir, status="interrupted", wall_s=wall_s)
-    if summary.get("status") in (None, "running"):
-        return rundir.write_summary(
-            run_dir, status="failed", wall_s=wall_s,
-            error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}",
-        )
-    return rundir.write_summary(run_dir, wall_s=wall_s)
+    return rundir.write_summary(
+        run_dir, status="failed", wall_s=wall_s,
+        error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}",
+    )
 
 
 def _remove_if_empty(run_dir: Path) -> None:

@@ -24,8 +24,16 @@ SUMMARY = "summary.json"
 EXIT_OK = 0
 EXIT_FAILED = 1  # unexpected failure
 EXIT_INVALID = 2  # the config is wrong; nothing was launched
+EXIT_OOM = 4  # a rank ran out of memory (CUDA or host); summary.json["oom"] says where
 EXIT_INTERRUPTED = 130
-STATUS_EXIT_CODES = {"completed": EXIT_OK, "failed": EXIT_FAILED, "invalid": EXIT_INVALID, "interrupted": EXIT_INTERRUPTED}
+STATUS_EXIT_CODES = {
+    "completed": EXIT_OK,
+    "failed": EXIT_FAILED,
+    "invalid": EXIT_INVALID,
+    "oom": EXIT_OOM,
+    "interrupted": EXIT_INTERRUPTED,
+}
+RANKS = "ranks"  # ranks/rank<N>.json: how each rank that did not complete ended (written before it exits)
 
 
 def freeze_config(cfg: DictConfig, run_dir: Path) -> Path:
@@ -91,3 +99,23 @@ def write_summary(run_dir: Path, **fields) -> dict:
 def read_summary(run_dir: Path) -> dict:
     path = Path(run_dir) / SUMMARY
     return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_rank_outcome(run_dir: Path, rank: int, outcome: dict) -> None:
+    """Each failing rank records its own end first: rank 0 may never hear of it otherwise."""
+    folder = Path(run_dir) / RANKS
+    folder.mkdir(exist_ok=True)
+    (folder / f"rank{rank}.json").write_text(json.dumps(_jsonable({"rank": rank, **outcome}), indent=2))
+
+
+# Which rank's end explains the run: an OOM over a crash (a peer's crash is often just the
+# broken connection an OOM'd rank left), a crash over an interruption; the earliest first.
+_CAUSE_PRIORITY = {"oom": 0, "failed": 1, "interrupted": 2}
+
+
+def root_cause(run_dir: Path) -> dict | None:
+    folder = Path(run_dir) / RANKS
+    outcomes = [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))] if folder.is_dir() else []
+    if not outcomes:
+        return None
+    return min(outcomes, key=lambda o: (_CAUSE_PRIORITY.get(o["status"], 3), o.get("time", 0)))

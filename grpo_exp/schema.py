@@ -144,6 +144,14 @@ class LoggerConfig:
 
 
 @dataclass
+class MemoryConfig:
+    telemetry: bool = True  # per-phase peak memory on every rank -> memory/* metrics
+    # Cap each rank's memory (CUDA: allocator fraction of the GPU; CPU: RLIMIT_DATA) to rehearse
+    # OOM handling on a small machine. null = no cap.
+    limit_gib: Optional[float] = None
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -153,6 +161,7 @@ class Config:
     peft: PeftConfig = field(default_factory=PeftConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
     action: str = "run"  # run: check the config, then train (the topology issue adds `plan`)
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None

@@ -1,11 +1,13 @@
 """One training process: `python -m grpo_exp.worker <run dir>/config.yaml` (torchrun runs one per rank).
 
-Reads the frozen config (never Hydra), builds the trainer, trains, and on rank 0 writes
-metrics.jsonl as steps are logged and summary.json at the end, whatever the end is.
+Reads the frozen config (never Hydra), builds the trainer, instruments its phases, trains. Rank 0
+writes metrics.jsonl as steps are logged and summary.json at the end, whatever the end is; any
+rank that does not complete first records why in ranks/rank<N>.json.
 """
 
 import logging
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -23,6 +25,12 @@ def _setup_logging(rank: int) -> None:
         stream=sys.stdout,
         force=True,
     )
+
+
+def _raise_interrupt(*_):
+    # torchrun (after a peer failed) and the driver (Ctrl-C) stop ranks with SIGTERM: turn it into
+    # an exception so the summary and the W&B run are still finished.
+    raise KeyboardInterrupt
 
 
 def _init_distributed_early(cfg, world_size: int, use_cpu: bool) -> None:
@@ -54,14 +62,14 @@ def _numel(param) -> int:
     return getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 shards hold ds_numel
 
 
-def make_callback(run_dir: Path):
+def make_callback(run_dir: Path, rank: int):
     """A TrainerCallback that mirrors every log() of rank 0 into metrics.jsonl. GRPOTrainer.log()
-    has already merged its reward/completion metrics into `logs` when callbacks see them."""
+    has already merged its reward/completion (and our memory) metrics into `logs` by then."""
     from transformers import TrainerCallback
 
-    class _RunDirCallback(TrainerCallback):
+    class RunDirCallback(TrainerCallback):
         def __init__(self):
-            self.writer = rundir.MetricsWriter(run_dir) if _rank() == 0 else None
+            self.writer = rundir.MetricsWriter(run_dir) if rank == 0 else None
             self.last_logs: dict = {}
 
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -71,35 +79,52 @@ def make_callback(run_dir: Path):
                 self.writer.write(state.global_step, logs)
             self.last_logs.update(logs)
 
-    return _RunDirCallback()
+    return RunDirCallback()
 
 
-def _rank() -> int:
-    return int(os.environ.get("RANK", "0"))
+def _failure(exc: BaseException, rank: int, phases) -> dict:
+    """How this rank ended, as summary fields: status oom (with where and how much) or failed."""
+    from grpo_exp import telemetry
+
+    oom = telemetry.oom_details(exc)
+    outcome = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
+    if isinstance(exc, KeyboardInterrupt):
+        return {**outcome, "status": "interrupted", "error": None}
+    if oom is None:
+        return {**outcome, "status": "failed"}
+    snapshot = phases.probe.snapshot() if phases is not None else None
+    phase = phases.failed_phase if phases is not None else None
+    return {**outcome, "status": "oom", "oom": {"phase": phase, "rank": rank, **oom, "snapshot": snapshot}}
 
 
 def main(config_path: str) -> int:
     started = time.time()
-    rank, world_size = _rank(), int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     _setup_logging(rank)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     cfg = rundir.load_config(config_path)
     run_dir = Path(config_path).parent
 
     import torch
 
-    from grpo_exp import build, tracking
+    from grpo_exp import build, telemetry, tracking
 
     use_cpu = not torch.cuda.is_available()
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
     # rank that wins the build lock may be another.
     build.model_path(cfg)
     _init_distributed_early(cfg, world_size, use_cpu)
+    telemetry.apply_memory_limit(cfg.memory.limit_gib)
 
     tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
-    callback = make_callback(run_dir)
+    callback = make_callback(run_dir, rank)
+    phases = telemetry.PhaseMemory(telemetry.MemoryProbe()) if cfg.memory.telemetry else None
+    peaks: dict = {}
     outcome: dict = {"status": "failed", "error": None}
     try:
         trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback])
+        if phases is not None:
+            peaks = telemetry.instrument(trainer, phases)
         result = trainer.train()
         outcome = {
             "status": "completed",
@@ -109,19 +134,22 @@ def main(config_path: str) -> int:
             "runtime": _run_facts(trainer),
         }
         log.info("run facts: %s", outcome["runtime"])
-    except KeyboardInterrupt:
-        outcome = {"status": "interrupted", "error": None}
-        raise
-    except Exception as exc:
-        log.exception("training failed")
-        outcome = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
+    except BaseException as exc:  # KeyboardInterrupt included: every end is recorded
+        outcome = _failure(exc, rank, phases)
+        if outcome["status"] != "interrupted":
+            log.exception("training failed (%s)", outcome["status"])
+        rundir.write_rank_outcome(run_dir, rank, outcome)
     finally:
         if rank == 0:  # the W&B run is finished with its summary however training ended
+            if outcome["status"] != "completed":
+                outcome = rundir.root_cause(run_dir) or outcome
             summary = rundir.write_summary(
-                run_dir, **outcome, final_metrics=callback.last_logs, worker_wall_s=round(time.time() - started, 3)
+                run_dir, **outcome, **peaks, final_metrics=callback.last_logs,
+                worker_wall_s=round(time.time() - started, 3),
             )
             tracker.finish(summary, summary["exit_code"])
     return rundir.STATUS_EXIT_CODES[outcome["status"]]
+
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))

@@ -38,7 +38,7 @@ def cli(model_cache, tmp_path):
     def run(*overrides: str, run_dir: Path | None = None, timeout: int = 600, multirun: bool = False):
         run_dir = run_dir or tmp_path / "run"
         where = [f"hydra.sweep.dir={run_dir}"] if multirun else [f"hydra.run.dir={run_dir}"]
-        env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "WANDB_SILENT": "true"}
+        env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "WANDB_SILENT": "true", "PYTHONPATH": str(REPO)}
         env.pop("WANDB_API_KEY", None)  # tests never go online
         cmd = [sys.executable, "-m", "grpo_exp", *(["-m"] if multirun else []), *overrides, *where]
         result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,287 @@
+"""Peak memory per phase, on every rank, aggregated over ranks; OOMs classified as results.
+
+How it works
+- `MemoryProbe` reads this process's peaks and resets them. Backends are feature-detected:
+  host RSS peak (Linux VmHWM, reset through /proc/self/clear_refs; psutil RSS where that is not
+  allowed), the CUDA caching allocator (max allocated / reserved / active, alloc retries, OOMs),
+  and NVML's whole-device used memory (what nvidia-smi shows: also vLLM, NCCL, the CUDA context).
+- `PhaseMemory` attributes every peak to the innermost running phase: entering or leaving a
+  phase closes the current segment (read peaks, charge them to the phase on top, reset). Nested
+  phases (generate inside train_step) therefore never hide each other's spikes.
+- `instrument(trainer)` wraps GRPOTrainer's methods in phases and its `log()` so that every
+  logging step gathers each rank's window over torch.distributed and adds
+  `memory/<phase>/<stat>_gib` (max over ranks) with `_mean`, `_min` and `_argmax_rank`.
+
+GiB = 2**30 bytes. NVML used memory is sampled at phase boundaries (NVML keeps no peak).
+"""
+
+import os
+import re
+from collections import defaultdict
+from contextlib import contextmanager
+
+GIB = 2**30
+PHASES = ("generate", "reward", "score", "train", "optimizer", "weight_sync")
+ROLE = "train"  # memory of training processes; a vLLM server would be role "vllm"
+BYTE_STATS = ("host_rss_max", "alloc_max", "reserved_max", "active_max", "device_used_max")
+COUNT_STATS = ("alloc_retries", "ooms")  # cumulative allocator counters, logged as memory/<stat>
+
+
+class MemoryProbe:
+    """This process's memory peaks since the last reset, in bytes."""
+
+    def __init__(self):
+        import torch
+
+        self._torch = torch
+        self.cuda = torch.cuda.is_available()
+        self._nvml = _nvml_handle() if self.cuda else None
+        self.host_peak_resettable = _reset_host_peak()
+
+    def reset(self) -> None:
+        if self.cuda:
+            self._torch.cuda.reset_peak_memory_stats()
+        if self.host_peak_resettable:
+            _reset_host_peak()
+
+    def read(self) -> dict[str, float]:
+        stats = {"host_rss_max": _host_rss_peak() if self.host_peak_resettable else _host_rss()}
+        if self.cuda:
+            s = self._torch.cuda.memory_stats()
+            stats.update(
+                alloc_max=s.get("allocated_bytes.all.peak", 0),
+                reserved_max=s.get("reserved_bytes.all.peak", 0),
+                active_max=s.get("active_bytes.all.peak", 0),
+                alloc_retries=s.get("num_alloc_retries", 0),
+                ooms=s.get("num_ooms", 0),
+            )
+        if self._nvml is not None:
+            import pynvml
+
+            stats["device_used_max"] = pynvml.nvmlDeviceGetMemoryInfo(self._nvml).used
+        return stats
+
+    def snapshot(self) -> str:
+        """A readable state of memory for an OOM report."""
+        if self.cuda:
+            return self._torch.cuda.memory_summary()
+        with open("/proc/self/status") as f:
+            return "".join(line for line in f if line.startswith(("VmPeak", "VmSize", "VmHWM", "VmRSS", "VmData")))
+
+
+def _nvml_handle():
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible:  # NVML numbers physical devices; CUDA_VISIBLE_DEVICES renumbers them
+            index = int(visible.split(",")[index])
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # no NVML or a UUID-style CUDA_VISIBLE_DEVICES: skip the device-wide stat
+        return None
+
+
+def _reset_host_peak() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0). False where the kernel or sandbox refuses."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _host_rss_peak() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return _host_rss()
+
+
+def _host_rss() -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+class PhaseMemory:
+    """Per-phase peaks of this process for the current logging window, and the whole run's."""
+
+    def __init__(self, probe: MemoryProbe):
+        self.probe = probe
+        self.stack: list[str] = []
+        self.window: dict[str, dict[str, float]] = defaultdict(dict)
+        self.failed_phase: str | None = None
+        probe.reset()
+
+    def _close_segment(self) -> None:
+        if self.stack:
+            _merge_max(self.window[self.stack[-1]], self.probe.read())
+        self.probe.reset()
+
+    def enter(self, name: str) -> None:
+        self._close_segment()
+        self.stack.append(name)
+
+    def exit(self, name: str) -> None:
+        self._close_segment()
+        if self.stack and self.stack[-1] == name:
+            self.stack.pop()
+
+    @contextmanager
+    def phase(self, name: str):
+        self.enter(name)
+        try:
+            yield
+        except BaseException:
+            self.failed_phase = self.failed_phase or name  # the innermost phase that raised
+            raise
+        finally:
+            self.exit(name)
+
+    def take_window(self) -> dict[str, dict[str, float]]:
+        self._close_segment()  # charge what the running phase used so far
+        window, self.window = dict(self.window), defaultdict(dict)
+        return window
+
+
+def _merge_max(into: dict, stats: dict) -> None:
+    for key, value in stats.items():
+        into[key] = max(into.get(key, value), value)
+
+
+def aggregate(per_rank: list[dict[str, dict[str, float]]]) -> dict[str, float]:
+    """Rank windows -> flat metrics: max over ranks under the plain name, plus mean/min/argmax."""
+    out: dict[str, float] = {}
+    phases = sorted({p for window in per_rank for p in window})
+    for phase in phases:
+        for stat in BYTE_STATS:
+            values = [(w[phase][stat], rank) for rank, w in enumerate(per_rank) if stat in w.get(phase, {})]
+            if not values:
+                continue
+            peak, argmax = max(values)
+            name = f"memory/{phase}/{stat}_gib"
+            out[name] = peak / GIB
+            out[f"{name}_mean"] = sum(v for v, _ in values) / len(values) / GIB
+            out[f"{name}_min"] = min(v for v, _ in values) / GIB
+            out[f"{name}_argmax_rank"] = argmax
+    for stat in COUNT_STATS:
+        counts = [w[p][stat] for w in per_rank for p in w if stat in w[p]]
+        if counts:
+            out[f"memory/{stat}"] = max(counts)
+    return out
+
+
+def run_peaks(metrics: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
+    """Fold one logging step's memory metrics into the whole run's maxima (summary keys)."""
+    for key, value in metrics.items():
+        match = re.fullmatch(r"memory/[a-z_]+/(\w+_gib)", key)
+        if match:
+            name = f"memory/peak/{ROLE}/{match.group(1)}"
+            peaks[name] = max(peaks.get(name, value), value)
+    return peaks
+
+
+def gather(window: dict) -> list[dict]:
+    """Every rank's window, on every rank (a collective: all ranks must call it)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [window]
+    windows: list = [None] * dist.get_world_size()
+    dist.all_gather_object(windows, window)
+    return windows
+
+
+def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
+    """Wrap the trainer's phase methods and log(); returns the dict that accumulates run peaks.
+
+    trl 1.16's GRPOTrainer: training_step (forward+backward, with _prepare_inputs -> generation
+    inside), _generate, _calculate_rewards, _get_per_token_logps_and_entropies (no grad = scoring
+    old/ref log-probs; with grad = the training forward), vllm_generation.sync_weights. The
+    optimizer step is bracketed by callbacks (under DeepSpeed it runs inside backward: `train`).
+    """
+    import torch
+    from transformers import TrainerCallback
+
+    def wrap(obj, method: str, phase_name):
+        original = getattr(obj, method)
+
+        def wrapped(*args, **kwargs):
+            name = phase_name() if callable(phase_name) else phase_name
+            with phases.phase(name):
+                return original(*args, **kwargs)
+
+        setattr(obj, method, wrapped)
+
+    wrap(trainer, "training_step", "train")
+    wrap(trainer, "_prepare_inputs", "generate")  # generation-batch bookkeeping around the phases below
+    wrap(trainer, "_generate", "generate")
+    wrap(trainer, "_calculate_rewards", "reward")
+    wrap(trainer, "_get_per_token_logps_and_entropies", lambda: "train" if torch.is_grad_enabled() else "score")
+    if getattr(trainer, "vllm_generation", None) is not None:
+        wrap(trainer.vllm_generation, "sync_weights", "weight_sync")
+
+    class OptimizerPhase(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kwargs):
+            phases.enter("optimizer")
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            phases.exit("optimizer")
+
+    trainer.add_callback(OptimizerPhase())
+
+    peaks: dict[str, float] = {}
+    original_log = trainer.log
+
+    def log(logs: dict, *args, **kwargs):
+        # Called on every rank at each logging step (Trainer gathers the loss just before), so the
+        # gather below is safe; callbacks (metrics.jsonl, W&B) then see memory/* with the rest.
+        memory = aggregate(gather(phases.take_window()))
+        logs.update(memory)
+        run_peaks(memory, peaks)
+        return original_log(logs, *args, **kwargs)
+
+    trainer.log = log
+    return peaks
+
+
+# --- OOM as a result ------------------------------------------------------------------------
+
+_CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+_CUDA_OOM = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)")
+_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}
+
+
+def oom_details(exc: BaseException) -> dict | None:
+    """{'requested_bytes': ...} when `exc` is an out-of-memory error (CUDA or host), else None."""
+    import torch
+
+    text = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError) or _CUDA_OOM.search(text):
+        found = _CUDA_OOM.search(text)
+        return {"kind": "cuda", "requested_bytes": int(float(found.group(1)) * _UNITS[found.group(2)]) if found else None}
+    if isinstance(exc, MemoryError) or _CPU_OOM.search(text) or "DefaultCPUAllocator: not enough memory" in text:
+        found = _CPU_OOM.search(text)
+        return {"kind": "host", "requested_bytes": int(found.group(1)) if found else None}
+    return None
+
+
+def apply_memory_limit(limit_gib: float | None) -> None:
+    """Cap this rank's memory so OOM handling can be rehearsed: CUDA via the allocator's
+    per-process fraction, host via RLIMIT_DATA (heap + anonymous mappings the process may hold)."""
+    if limit_gib is None:
+        return
+    import resource
+
+    import torch
+
+    if torch.cuda.is_available():
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit_gib * GIB / total))
+    else:
+        limit = int(limit_gib * GIB)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(resource.RLIMIT_DATA)[1]))
