@@ -3,16 +3,18 @@
     python -m grpo_exp                                   # tiny model, this machine, a few GRPO steps
     python -m grpo_exp model=qwen7b topology=1x8 deepspeed=zero3 vllm=colocate
     python -m grpo_exp -m trainer.per_device_train_batch_size=2,4 trainer.num_generations=4,8
+    python -m grpo_exp model=qwen7b topology=2x8 vllm=server action=plan   # plan.json, nothing run
     python -m grpo_exp --cfg job                         # the composed config, nothing run
     python -m grpo_exp --help                            # groups and options
 
 Only this process calls Hydra. Training processes read <run dir>/config.yaml.
 Exit codes (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 4 out of memory,
-130 interrupted.
+5 hang prevented (nodes disagree, a node never joined, training stalled), 130 interrupted.
 """
 
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -24,9 +26,11 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors, launch, rundir
+from grpo_exp import errors, launch, placement, rundir
 from grpo_exp.schema import register_configs
+from grpo_exp.consistency import STACKS
 from grpo_exp.validate import validate
+from grpo_exp.vllm_server import ServerNotReady
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 log = logging.getLogger("grpo_exp")
@@ -37,34 +41,73 @@ _exit_codes: list[int] = []  # one per job; hydra.main does not return the task'
 def run(cfg: DictConfig) -> int:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     gpus = launch.visible_gpus()
-    nprocs = launch.world_size(cfg, gpus)
-    problems = validate(cfg, world_size=nprocs, gpus=gpus)
+    plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
+    problems = validate(cfg, plan, gpus=gpus)
     if problems:
         _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
         errors.report("\n".join(map(str, problems)))
-        _exit_codes.append(rundir.EXIT_INVALID)
-        return rundir.EXIT_INVALID
+        return _done(rundir.EXIT_INVALID)
 
     rundir.freeze_config(cfg, run_dir)
-    rundir.write_summary(run_dir, status="running", world_size=nprocs)
-    log.info("run dir %s (%d process(es), %s)", run_dir, nprocs, f"{gpus} GPU(s)" if gpus else "CPU")
+    rundir.write_json(run_dir / rundir.PLAN, plan.to_dict())
+    print(placement.describe(plan))
+    if cfg.action == "plan":
+        log.info("plan written to %s", run_dir / rundir.PLAN)
+        return _done(rundir.EXIT_OK)
+
+    node = plan.nodes[cfg.topology.node_rank]
+    rundir.write_summary(run_dir, status="running", world_size=plan.world_size, node_rank=node.node_rank)
+    log.info("run dir %s", run_dir)
     started = time.time()
-    code = launch.run_local(cfg, run_dir, nprocs)
+    try:
+        if cfg.launcher.name == "slurm":
+            from grpo_exp import slurm
+
+            code = slurm.submit_and_wait(cfg, run_dir, plan)
+        else:
+            code = launch.run_node(cfg, run_dir, node)
+    except ServerNotReady as exc:
+        rundir.write_rank_outcome(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
+        code = rundir.EXIT_FAILED
     summary = _finish(run_dir, code, time.time() - started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
-    _exit_codes.append(summary["exit_code"])
-    return summary["exit_code"]
+    return _done(summary["exit_code"])
+
+
+def _done(code: int) -> int:
+    _exit_codes.append(code)
+    return code
+
+
+_RENDEZVOUS_TIMEOUT = re.compile(r"(Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.|DistNetworkError.*|RendezvousTimeoutError.*)")
 
 
 def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
-    """Final summary.json: rank 0's, or, if no rank 0 got to write one, the ranks' own records."""
+    """Final summary.json of this node: rank 0's summary if this node has it, else the ranks' own
+    records, else what the exit code and the log say."""
     if rundir.read_summary(run_dir).get("status") not in (None, "running"):
         return rundir.write_summary(run_dir, wall_s=wall_s)
     cause = rundir.root_cause(run_dir)
     if cause is not None:
         return rundir.write_summary(run_dir, **cause, wall_s=wall_s)
+    if code == rundir.EXIT_OK:  # a node without rank 0: the run's summary lives on node 0
+        return rundir.write_summary(run_dir, status="completed", wall_s=wall_s, note="rank 0's node holds the run's metrics")
     if code == rundir.EXIT_INTERRUPTED:
         return rundir.write_summary(run_dir, status="interrupted", wall_s=wall_s)
+    stacks = sorted(p.name for p in (run_dir / STACKS).glob("rank*.txt")) if (run_dir / STACKS).is_dir() else []
+    if stacks:
+        return rundir.write_summary(
+            run_dir, status="stalled", wall_s=wall_s,
+            error=f"no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: {', '.join(str(run_dir / STACKS / s) for s in stacks)}",
+        )
+    log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
+    timeout = _RENDEZVOUS_TIMEOUT.search(log_text)
+    if timeout:
+        return rundir.write_summary(
+            run_dir, status="rendezvous_timeout", wall_s=wall_s,
+            error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
+            "command on every node with its topology.node_rank, and check topology.master_addr/master_port are reachable",
+        )
     return rundir.write_summary(
         run_dir, status="failed", wall_s=wall_s,
         error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}",

@@ -53,6 +53,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
         run_name=cfg.run_name,
         seed=cfg.seed,
         use_cpu=use_cpu,
+        ddp_timeout=cfg.topology.collective_timeout_s,
         report_to=["wandb"] if cfg.logger.name == "wandb" else "none",
     )
 

@@ -1,8 +1,10 @@
-"""The one place processes are started: this machine's training processes, one per GPU (or
-`topology.cpu_procs` on CPU), via torchrun when there is more than one.
+"""The one place processes are started: this node's share of the plan. On node 0 of a
+`vllm=server` run that is the vLLM server (health-checked before training starts), then the
+training processes (python, or torchrun for more than one).
 
-Every process of a run lives in one new process session, so the driver can end all of them
-(Ctrl-C, SIGTERM) and nothing outlives the run. Their output goes to the terminal and train.log.
+Every process the driver starts gets its own process session, and the driver ends all of them
+(Ctrl-C, SIGTERM, a crashed rank, the end of training): nothing outlives the run. Their output
+goes to the terminal and to train.log.
 """
 
 import logging
@@ -10,11 +12,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from grpo_exp import rundir
+from grpo_exp.placement import NodePlan
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +42,6 @@ def visible_gpus() -> int:
         return 0
 
 
-def world_size(cfg: DictConfig, gpus: int) -> int:
-    """Training processes on this machine: one per GPU (never nn.DataParallel), else cpu_procs."""
-    if gpus == 0:
-        return cfg.topology.cpu_procs
-    return cfg.topology.gpus_per_node or gpus
-
-
 def needs_hub(cfg: DictConfig) -> bool:
     """Whether the run reads anything from the HF hub (a hub model id or hub dataset id)."""
     model = cfg.model.name_or_path
@@ -54,16 +51,8 @@ def needs_hub(cfg: DictConfig) -> bool:
     return model_from_hub or data_from_hub
 
 
-def worker_command(config_path: Path, nprocs: int) -> list[str]:
-    worker = ["-m", "grpo_exp.worker", str(config_path)]
-    if nprocs == 1:
-        return [sys.executable, *worker]
-    # --standalone: single-node rendezvous on a free local port, so concurrent runs never collide.
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nprocs}", *worker]
-
-
-def worker_env(cfg: DictConfig) -> dict:
-    env = dict(os.environ)
+def process_env(cfg: DictConfig, role_env: dict[str, str]) -> dict[str, str]:
+    env = {**os.environ, **role_env}
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     if not needs_hub(cfg):
         env["HF_HUB_OFFLINE"] = "1"  # the default path must never touch a hub
@@ -74,51 +63,82 @@ def worker_env(cfg: DictConfig) -> dict:
     return env
 
 
-def run_local(cfg: DictConfig, run_dir: Path, nprocs: int) -> int:
-    """Run the workers to the end; return their exit code (130 if we were interrupted)."""
-    cmd = worker_command(run_dir / rundir.CONFIG, nprocs)
-    log.info("launching %d training process(es): %s", nprocs, " ".join(cmd))
-    with open(run_dir / rundir.LOG, "a") as log_file:
-        proc = subprocess.Popen(
-            cmd,
-            env=worker_env(cfg),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # own process group: one killpg ends every rank
-            text=True,
-            bufsize=1,
-        )
-        previous = signal.signal(signal.SIGTERM, lambda *_: _raise_interrupt())
-        try:
+class _Output:
+    """Copies each process's output, line by line, to the terminal and train.log."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "a")
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def follow(self, proc: subprocess.Popen, prefix: str = "") -> None:
+        def pump():
             for line in proc.stdout:
-                sys.stdout.write(line)
-                log_file.write(line)
-            return proc.wait()
-        except KeyboardInterrupt:
+                with self.lock:
+                    sys.stdout.write(prefix + line)
+                    self.file.write(prefix + line)
+                    self.file.flush()
+
+        thread = threading.Thread(target=pump, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def close(self) -> None:
+        for thread in self.threads:
+            thread.join(timeout=5)
+        self.file.close()
+
+
+def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+        start_new_session=True,  # own process group: one killpg ends it and all its children
+    )
+
+
+def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan) -> int:
+    """Run this node's processes to the end; return the training exit code (130 if interrupted).
+    Raises vllm_server.ServerNotReady if the server never became healthy (training not started)."""
+    from grpo_exp.vllm_server import health_url, wait_healthy
+
+    output = _Output(run_dir / rundir.LOG)
+    procs: list[subprocess.Popen] = []
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        if "vllm" in node.commands:
+            log.info("starting vLLM server on GPUs %s: %s", node.vllm_gpus, " ".join(node.commands["vllm"]))
+            server = _start(node.commands["vllm"], process_env(cfg, node.env["vllm"]))
+            procs.append(server)
+            output.follow(server, prefix="[vllm] ")
+            waited = wait_healthy(health_url(cfg), cfg.vllm.server_timeout, is_alive=lambda: server.poll() is None)
+            log.info("vLLM server healthy after %.0fs", waited)
+        log.info("launching %d training process(es): %s", node.train_procs, " ".join(node.commands["train"]))
+        trainer = _start(node.commands["train"], process_env(cfg, node.env["train"]))
+        procs.append(trainer)
+        output.follow(trainer)
+        return trainer.wait()
+    except KeyboardInterrupt:
+        return rundir.EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for proc in reversed(procs):  # training first, then the server it was using
             stop(proc)
-            return rundir.EXIT_INTERRUPTED
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            stop(proc)  # also ends anything a rank left behind in the group
+        output.close()
 
 
-def _raise_interrupt():
+def _raise_interrupt(*_):
     raise KeyboardInterrupt
 
 
 def stop(proc: subprocess.Popen) -> None:
-    """End the whole process group: SIGTERM, then SIGKILL after STOP_GRACE_S."""
-    if proc.poll() is not None:
-        _kill_group(proc.pid, signal.SIGKILL)  # leader is gone; stragglers get no grace
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        if not _kill_group(proc.pid, sig):
-            return
+    """End `proc`'s whole process group: SIGTERM, then SIGKILL after STOP_GRACE_S."""
+    if proc.poll() is None:
+        _kill_group(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=STOP_GRACE_S)
-            return
         except subprocess.TimeoutExpired:
-            continue
+            pass
+    _kill_group(proc.pid, signal.SIGKILL)  # and whatever a rank left behind in the group
 
 
 def _kill_group(pgid: int, sig: int) -> bool:

@@ -1,6 +1,7 @@
 """The run dir: the one place a run's files are named, written and read.
 
     config.yaml     the resolved config, frozen by the driver; every process reads this file
+    plan.json       the launch plan: per node processes, GPUs, environment, commands
     train.log       what every process printed
     metrics.jsonl   one JSON object per logged step, flushed as written
     summary.json    status, exit_code, wall_s, final metrics (rewritten atomically)
@@ -16,6 +17,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 CONFIG = "config.yaml"
+PLAN = "plan.json"
 LOG = "train.log"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
@@ -25,12 +27,16 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # unexpected failure
 EXIT_INVALID = 2  # the config is wrong; nothing was launched
 EXIT_OOM = 4  # a rank ran out of memory (CUDA or host); summary.json["oom"] says where
+EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined, or training stalled
 EXIT_INTERRUPTED = 130
 STATUS_EXIT_CODES = {
     "completed": EXIT_OK,
     "failed": EXIT_FAILED,
     "invalid": EXIT_INVALID,
     "oom": EXIT_OOM,
+    "mismatch": EXIT_HANG_PREVENTED,
+    "rendezvous_timeout": EXIT_HANG_PREVENTED,
+    "stalled": EXIT_HANG_PREVENTED,
     "interrupted": EXIT_INTERRUPTED,
 }
 RANKS = "ranks"  # ranks/rank<N>.json: how each rank that did not complete ended (written before it exits)
@@ -96,6 +102,10 @@ def write_summary(run_dir: Path, **fields) -> dict:
     return summary
 
 
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(_jsonable(data), indent=2) + "\n")
+
+
 def read_summary(run_dir: Path) -> dict:
     path = Path(run_dir) / SUMMARY
     return json.loads(path.read_text()) if path.exists() else {}
@@ -110,7 +120,7 @@ def write_rank_outcome(run_dir: Path, rank: int, outcome: dict) -> None:
 
 # Which rank's end explains the run: an OOM over a crash (a peer's crash is often just the
 # broken connection an OOM'd rank left), a crash over an interruption; the earliest first.
-_CAUSE_PRIORITY = {"oom": 0, "failed": 1, "interrupted": 2}
+_CAUSE_PRIORITY = {"mismatch": 0, "oom": 1, "failed": 2, "interrupted": 3}
 
 
 def root_cause(run_dir: Path) -> dict | None:

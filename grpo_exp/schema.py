@@ -105,7 +105,7 @@ class VllmConfig:
     tensor_parallel_size: int = 1
     enable_sleep_mode: bool = False
     model_impl: str = "vllm"
-    server_host: str = "0.0.0.0"
+    server_host: str = "127.0.0.1"  # where trainers reach the server (server.yaml: node 0's address)
     server_port: int = 8000
     server_timeout: float = 240.0
     group_port: int = 51216
@@ -126,11 +126,43 @@ class PeftConfig:
 class TopologyConfig:
     name: str = MISSING
     nnodes: int = 1
-    # null = detect this machine's GPUs (CUDA_VISIBLE_DEVICES honoured); a number describes a cluster.
+    # null = detect this machine's GPUs (CUDA_VISIBLE_DEVICES honoured); 0 = CPU processes.
     gpus_per_node: Optional[int] = None
     gpu_name: Optional[str] = None
     gpu_memory_gib: float = 80.0  # per-GPU capacity used for planning
-    cpu_procs: int = 2  # training processes when the machine has no GPU (gloo backend)
+    cpu_procs: int = 2  # training processes per node when there is no GPU (gloo backend)
+    symmetric: bool = False  # vllm=server: every node leaves the server's GPU count idle (7+7, not 7+8)
+    # Where this node sits; defaults come from torchrun's usual env vars (see conf/config.yaml).
+    node_rank: int = 0
+    master_addr: str = "127.0.0.1"
+    master_port: int = 29500
+    rendezvous_timeout_s: int = 300  # a node that has not joined by then fails the run, naming it
+    collective_timeout_s: int = 1800  # GRPOConfig.ddp_timeout: a collective waiting longer fails
+
+
+@dataclass
+class SlurmConfig:
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    time_min: int = 240  # job time limit, minutes
+    cpus_per_task: int = 16
+    mem_gb: Optional[int] = None
+    constraint: Optional[str] = None
+    additional: Dict[str, Any] = field(default_factory=dict)  # any other sbatch option, name -> value
+
+
+@dataclass
+class LauncherConfig:
+    name: str = "local"  # local: this node's share via torchrun | slurm: one submitit task per node
+    slurm: SlurmConfig = field(default_factory=SlurmConfig)
+
+
+@dataclass
+class WatchdogConfig:
+    # No step finished for this long: dump every rank's Python stacks into <run dir>/stacks and
+    # fail the run (status stalled) instead of hanging until a scheduler kills it. null = off.
+    stall_s: Optional[float] = 1800.0
 
 
 @dataclass
@@ -162,7 +194,9 @@ class Config:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
-    action: str = "run"  # run: check the config, then train (the topology issue adds `plan`)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    action: str = "run"  # run: check, then train | plan: check, write plan.json, print, launch nothing
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None
     seed: int = 42

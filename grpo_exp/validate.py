@@ -14,7 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import data
 
-ACTIONS = ("run",)
+ACTIONS = ("run", "plan")
+LAUNCHERS = ("local", "slurm")
 VLLM_MODES = ("off", "colocate", "server")
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 # Linear layers LoRA can target, per transformers model_type (names from the modeling files).
@@ -71,6 +72,7 @@ def check_choices(cfg: DictConfig) -> list[Problem]:
         + _one_of("model.dtype", cfg.model.dtype, DTYPES)
         + _one_of("data.loader", cfg.data.loader, sorted(data.LOADERS))
         + _one_of("model.model_type", cfg.model.model_type, sorted(LINEAR_MODULES))
+        + _one_of("launcher.name", cfg.launcher.name, LAUNCHERS)
     )
 
 
@@ -144,28 +146,51 @@ def check_lora(cfg: DictConfig) -> list[Problem]:
     return []
 
 
-def check_machine(cfg: DictConfig, gpus: int) -> list[Problem]:
-    """What this machine can run (action=run launches here)."""
+def check_topology(cfg: DictConfig, plan) -> list[Problem]:
+    """Placement rules any machine can check (action=plan runs these too)."""
+    topo, v = cfg.topology, cfg.vllm
     problems = []
-    topo = cfg.topology
-    if topo.nnodes > 1:
-        problems.append(Problem("topology.nnodes", f"is {topo.nnodes}; this version launches on one machine only", "use topology=local or a 1xN topology"))
-    if topo.gpus_per_node is not None and topo.gpus_per_node > gpus:
-        problems.append(Problem("topology.gpus_per_node", f"asks for {topo.gpus_per_node} GPUs; this machine has {gpus}", "use topology=local, which adapts to this machine"))
-    if cfg.vllm.mode != "off" and gpus == 0:
-        problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here"))
-    if cfg.vllm.mode == "server":
-        problems.append(Problem("vllm.mode", "server mode needs the vLLM server launcher, which this version does not have yet", "use vllm=colocate or vllm=off"))
+    if not 0 <= topo.node_rank < topo.nnodes:
+        problems.append(Problem("topology.node_rank", f"is {topo.node_rank}, outside 0..{topo.nnodes - 1}", "set topology.node_rank (or NODE_RANK) to this node's index"))
+    if v.mode == "server":
+        if plan.gpus_per_node == 0:
+            problems.append(Problem("vllm.mode", "server mode needs GPUs; this topology has none", "use vllm=off on CPU"))
+        elif v.gpus < 1 or v.gpus % v.tensor_parallel_size:
+            problems.append(Problem("vllm.gpus", f"is {v.gpus}; the server needs a positive multiple of vllm.tensor_parallel_size={v.tensor_parallel_size}", f"set vllm.gpus={v.tensor_parallel_size}"))
+        elif v.gpus >= plan.gpus_per_node:
+            problems.append(Problem("vllm.gpus", f"reserves {v.gpus} of node 0's {plan.gpus_per_node} GPUs, leaving none to train", f"set vllm.gpus below {plan.gpus_per_node}, or use vllm=colocate"))
+        if cfg.model.name_or_path is None:
+            problems.append(Problem("vllm.mode", "the vLLM server loads the model by name; the tiny model has none", "use a real model (model=qwen0.5b) or vllm=off"))
+    if v.mode == "colocate" and plan.world_size % v.tensor_parallel_size:
+        problems.append(Problem("vllm.tensor_parallel_size", f"{v.tensor_parallel_size} does not divide the world size {plan.world_size}; colocated vLLM groups ranks by it", "use a divisor of the world size"))
+    if v.mode != "off" and v.max_model_length is not None and cfg.data.max_prompt_length is not None:
+        needed = cfg.data.max_prompt_length + cfg.trainer.max_completion_length
+        if v.max_model_length < needed:
+            problems.append(Problem("vllm.max_model_length", f"{v.max_model_length} < data.max_prompt_length + trainer.max_completion_length = {needed}", f"set vllm.max_model_length={needed} (or shorten prompts/completions)"))
     return problems
 
 
-def validate(cfg: DictConfig, world_size: int, gpus: int) -> list[Problem]:
-    """Every problem with `cfg`, for a run of `world_size` processes on a machine with `gpus` GPUs."""
+def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
+    """What this machine can run: action=run starts this node's share here."""
+    problems = []
+    wanted = cfg.topology.gpus_per_node
+    if wanted is not None and wanted > gpus:
+        problems.append(Problem("topology.gpus_per_node", f"asks for {wanted} GPUs; this machine has {gpus}", "use topology=local (adapts to this machine), or action=plan to only plan"))
+    if cfg.vllm.mode != "off" and gpus == 0:
+        problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here, or action=plan to only plan"))
+    return problems
+
+
+def validate(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
+    """Every problem with `cfg` for `plan`, on a machine with `gpus` GPUs (machine checks only
+    for action=run: a plan can be made anywhere)."""
     problems = check_required(cfg) + check_unknown_keys(cfg)
     if problems:  # the remaining checks read these values
         return problems
     problems = check_choices(cfg) + check_local_paths(cfg) + check_rewards(cfg) + check_lora(cfg)
-    problems += check_machine(cfg, gpus)
+    problems += check_topology(cfg, plan)
+    if cfg.action == "run":
+        problems += check_machine(cfg, plan, gpus)
     if not problems:
-        problems += check_batch(cfg, world_size)
+        problems += check_batch(cfg, plan.world_size)
     return problems

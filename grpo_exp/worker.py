@@ -33,12 +33,21 @@ def _raise_interrupt(*_):
     raise KeyboardInterrupt
 
 
-def _init_distributed_early(cfg, world_size: int, use_cpu: bool) -> None:
-    """ZeRO-3 partitions weights while they load, so the process group must exist before the model."""
-    if world_size > 1 and cfg.deepspeed:
+def _init_distributed(cfg, world_size: int, use_cpu: bool) -> None:
+    """Join the process group before anything else: the fingerprint check runs on it, and ZeRO-3
+    partitions weights while they load. Accelerate and DeepSpeed reuse this group."""
+    if world_size == 1:
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    backend = "gloo" if use_cpu else "nccl"
+    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.topology.collective_timeout_s))
+    if cfg.deepspeed:
         import deepspeed
 
-        deepspeed.init_distributed(dist_backend="gloo" if use_cpu else "nccl")
+        deepspeed.init_distributed(dist_backend=backend)
 
 
 def _run_facts(trainer) -> dict:
@@ -62,15 +71,25 @@ def _numel(param) -> int:
     return getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 shards hold ds_numel
 
 
-def make_callback(run_dir: Path, rank: int):
-    """A TrainerCallback that mirrors every log() of rank 0 into metrics.jsonl. GRPOTrainer.log()
-    has already merged its reward/completion (and our memory) metrics into `logs` by then."""
+def make_callback(run_dir: Path, rank: int, watchdog):
+    """A TrainerCallback that mirrors every log() of rank 0 into metrics.jsonl (GRPOTrainer.log()
+    has merged its reward/completion and our memory metrics into `logs` by then) and re-arms the
+    stall watchdog at every finished step."""
     from transformers import TrainerCallback
 
     class RunDirCallback(TrainerCallback):
         def __init__(self):
             self.writer = rundir.MetricsWriter(run_dir) if rank == 0 else None
             self.last_logs: dict = {}
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            watchdog.arm()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            watchdog.arm()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            watchdog.disarm()
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if self.writer is None or not logs:
@@ -82,14 +101,28 @@ def make_callback(run_dir: Path, rank: int):
     return RunDirCallback()
 
 
+def _check_placement(trainer) -> None:
+    import torch
+
+    from grpo_exp.consistency import placement_problems
+
+    if torch.cuda.is_available():
+        problems = placement_problems(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("GRPO_EXP_VLLM_GPUS"), trainer.args.n_gpu)
+        if problems:
+            raise RuntimeError("startup guard: " + "; ".join(problems))
+
+
 def _failure(exc: BaseException, rank: int, phases) -> dict:
     """How this rank ended, as summary fields: status oom (with where and how much) or failed."""
     from grpo_exp import telemetry
+    from grpo_exp.consistency import Mismatch
 
     oom = telemetry.oom_details(exc)
     outcome = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
     if isinstance(exc, KeyboardInterrupt):
         return {**outcome, "status": "interrupted", "error": None}
+    if isinstance(exc, Mismatch):
+        return {**outcome, "status": "mismatch", "error": str(exc)}
     if oom is None:
         return {**outcome, "status": "failed"}
     snapshot = phases.probe.snapshot() if phases is not None else None
@@ -107,22 +140,26 @@ def main(config_path: str) -> int:
 
     import torch
 
-    from grpo_exp import build, telemetry, tracking
+    from grpo_exp import build, consistency, telemetry, tracking
 
     use_cpu = not torch.cuda.is_available()
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
     # rank that wins the build lock may be another.
     build.model_path(cfg)
-    _init_distributed_early(cfg, world_size, use_cpu)
     telemetry.apply_memory_limit(cfg.memory.limit_gib)
 
     tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
-    callback = make_callback(run_dir, rank)
+    watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
+    callback = make_callback(run_dir, rank, watchdog)
     phases = telemetry.PhaseMemory(telemetry.MemoryProbe()) if cfg.memory.telemetry else None
     peaks: dict = {}
     outcome: dict = {"status": "failed", "error": None}
     try:
+        _init_distributed(cfg, world_size, use_cpu)
+        if world_size > 1:
+            consistency.check_across_ranks(cfg)  # before the model loads: fail fast, not hang
         trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback])
+        _check_placement(trainer)
         if phases is not None:
             peaks = telemetry.instrument(trainer, phases)
         result = trainer.train()
@@ -140,6 +177,7 @@ def main(config_path: str) -> int:
             log.exception("training failed (%s)", outcome["status"])
         rundir.write_rank_outcome(run_dir, rank, outcome)
     finally:
+        watchdog.close()
         if rank == 0:  # the W&B run is finished with its summary however training ended
             if outcome["status"] != "completed":
                 outcome = rundir.root_cause(run_dir) or outcome

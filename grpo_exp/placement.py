@@ -1,0 +1,139 @@
+"""Topology -> launch plan: per node, how many training processes, on which GPUs, which GPUs vLLM
+keeps, with what environment and exact commands. Pure Python, any machine, any topology.
+
+Rules (the multi-node failures in the field are all placement errors):
+- vllm=server: `vllm.gpus` GPUs on node 0 (the first indices, as in TRL's docs) run `trl
+  vllm-serve`; they never train. Other nodes train on all their GPUs (2x8 -> 7+8 processes), or,
+  with `topology.symmetric=true`, leave the same GPUs idle (7+7) for platforms that need equal
+  nodes.
+- vllm=colocate / off: every GPU trains (colocated vLLM shares each GPU by gpu_memory_utilization).
+- One process per training GPU, never nn.DataParallel; training processes never see a vLLM GPU
+  (CUDA_VISIBLE_DEVICES per role; the worker's startup guard re-checks it).
+- No GPU (`gpus_per_node: 0`, or none detected): `cpu_procs` processes per node over gloo.
+"""
+
+import sys
+from dataclasses import asdict, dataclass, field
+
+from omegaconf import DictConfig
+
+WORKER = ["-m", "grpo_exp.worker"]
+
+
+@dataclass
+class NodePlan:
+    node_rank: int
+    train_procs: int
+    train_gpus: list[int]
+    vllm_gpus: list[int]
+    env: dict[str, dict[str, str]] = field(default_factory=dict)  # role (train, vllm) -> variables
+    commands: dict[str, list[str]] = field(default_factory=dict)  # role -> argv
+
+
+@dataclass
+class Plan:
+    world_size: int
+    device: str  # cuda | cpu
+    gpus_per_node: int
+    nodes: list[NodePlan]
+    vllm: dict
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def gpus_per_node(cfg: DictConfig, detected: int) -> int:
+    return detected if cfg.topology.gpus_per_node is None else cfg.topology.gpus_per_node
+
+
+def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
+    """The plan for `cfg`; `detected_gpus` matters only where the topology does not say."""
+    topo, vllm = cfg.topology, cfg.vllm
+    gpus = gpus_per_node(cfg, detected_gpus)
+    server = vllm.mode == "server" and gpus > 0
+    reserved = vllm.gpus if server else 0
+    nodes = []
+    for node_rank in range(topo.nnodes):
+        leaves_idle = reserved if (node_rank == 0 or topo.symmetric) else 0
+        train_gpus = list(range(leaves_idle, gpus))
+        vllm_gpus = list(range(reserved)) if node_rank == 0 else []
+        procs = len(train_gpus) if gpus else topo.cpu_procs
+        nodes.append(NodePlan(node_rank, procs, train_gpus, vllm_gpus))
+    world_size = sum(n.train_procs for n in nodes)
+    for node in nodes:
+        node.env = _env(cfg, node)
+        node.commands = {"train": train_command(cfg, node, config_path)}
+        if node.vllm_gpus:
+            from grpo_exp.vllm_server import serve_command
+
+            node.commands["vllm"] = serve_command(cfg)
+    return Plan(
+        world_size=world_size,
+        device="cuda" if gpus else "cpu",
+        gpus_per_node=gpus,
+        nodes=nodes,
+        vllm={
+            "mode": vllm.mode,
+            "server_node": 0 if server else None,
+            "gpus": reserved,
+            "tensor_parallel_size": vllm.tensor_parallel_size,
+        },
+    )
+
+
+def _env(cfg: DictConfig, node: NodePlan) -> dict[str, dict[str, str]]:
+    topo = cfg.topology
+    train = {
+        "MASTER_ADDR": str(topo.master_addr),
+        "MASTER_PORT": str(topo.master_port),
+        "NODE_RANK": str(node.node_rank),
+        "NNODES": str(topo.nnodes),
+    }
+    env = {"train": train}
+    if node.train_gpus:
+        train["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, node.train_gpus))
+        # Fragmentation is the usual cause of "OOM with free memory"; expandable segments avoid it.
+        train["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+        train["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"  # a dead peer aborts collectives instead of hanging
+        train["GRPO_EXP_VLLM_GPUS"] = ",".join(map(str, node.vllm_gpus))  # for the worker's startup guard
+    if node.vllm_gpus:
+        env["vllm"] = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, node.vllm_gpus))}
+    return env
+
+
+def train_command(cfg: DictConfig, node: NodePlan, config_path: str) -> list[str]:
+    topo = cfg.topology
+    if topo.nnodes == 1 and node.train_procs == 1:
+        return [sys.executable, *WORKER, config_path]
+    run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={node.train_procs}"]
+    if topo.nnodes == 1:
+        # single node: rendezvous on a free local port, so concurrent runs never collide
+        return [*run, "--standalone", *WORKER, config_path]
+    return [
+        *run,
+        f"--nnodes={topo.nnodes}",
+        f"--node-rank={node.node_rank}",
+        f"--master-addr={topo.master_addr}",
+        f"--master-port={topo.master_port}",
+        # a node that never arrives fails the rendezvous after this long, not NCCL's 30 minutes
+        f"--rdzv-conf=timeout={topo.rendezvous_timeout_s}",
+        *WORKER,
+        config_path,
+    ]
+
+
+def describe(plan: Plan) -> str:
+    """The plan as a short readable table (printed by action=plan)."""
+    lines = [f"world size {plan.world_size} ({plan.device}), {len(plan.nodes)} node(s) x {plan.gpus_per_node} GPU(s)"]
+    for n in plan.nodes:
+        gpus = f"GPUs {_span(n.train_gpus)}" if n.train_gpus else "CPU"
+        vllm = f", vLLM server on GPUs {_span(n.vllm_gpus)}" if n.vllm_gpus else ""
+        lines.append(f"  node {n.node_rank}: {n.train_procs} training process(es) on {gpus}{vllm}")
+        for role, argv in n.commands.items():
+            env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k == "CUDA_VISIBLE_DEVICES")
+            lines.append(f"    {role}: {env + ' ' if env else ''}{' '.join(argv)}")
+    return "\n".join(lines)
+
+
+def _span(ids: list[int]) -> str:
+    return ",".join(map(str, ids))

@@ -1,0 +1,63 @@
+"""The vLLM server of `vllm=server` runs: `trl vllm-serve` argv from the same config the trainer
+reads (so model, TP size, memory fraction and context length cannot drift), a health wait with
+a deadline, and a stop. Started by the launcher in the run's process group, on the GPUs the
+plan reserved.
+"""
+
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from omegaconf import DictConfig
+
+
+class ServerNotReady(RuntimeError):
+    pass
+
+
+def serve_command(cfg: DictConfig) -> list[str]:
+    v = cfg.vllm
+    trl = shutil.which("trl") or f"{sys.executable} -m trl"
+    argv = [
+        *trl.split(),
+        "vllm-serve",
+        f"--model={cfg.model.name_or_path}",
+        f"--tensor_parallel_size={v.tensor_parallel_size}",
+        # every reserved GPU serves: gpus / TP engine replicas
+        f"--data_parallel_size={max(1, v.gpus // v.tensor_parallel_size)}",
+        f"--gpu_memory_utilization={v.gpu_memory_utilization}",
+        f"--dtype={cfg.model.dtype}",
+        "--host=0.0.0.0",  # reachable from every node; trainers connect to vllm.server_host
+        f"--port={v.server_port}",
+    ]
+    if v.max_model_length is not None:
+        argv.append(f"--max_model_len={v.max_model_length}")
+    return argv
+
+
+def health_url(cfg: DictConfig) -> str:
+    return f"http://{cfg.vllm.server_host}:{cfg.vllm.server_port}/health"
+
+
+def wait_healthy(url: str, timeout_s: float, is_alive=lambda: True, poll_s: float = 1.0) -> float:
+    """Block until `url` answers 200; returns the seconds waited. Raises ServerNotReady with the
+    reason (died, or the deadline passed) instead of letting training hang on a dead server."""
+    started = time.time()
+    last_error = "no answer yet"
+    while time.time() - started < timeout_s:
+        if not is_alive():
+            raise ServerNotReady(f"the vLLM server exited before answering {url}; see train.log")
+        try:
+            with urllib.request.urlopen(url, timeout=poll_s) as response:
+                if response.status == 200:
+                    return time.time() - started
+                last_error = f"HTTP {response.status}"
+        except (urllib.error.URLError, OSError) as exc:
+            last_error = str(getattr(exc, "reason", exc))
+        time.sleep(poll_s)
+    raise ServerNotReady(
+        f"the vLLM server did not answer {url} within vllm.server_timeout={timeout_s:g}s ({last_error}); "
+        "raise vllm.server_timeout for large models, or check the server's log in train.log"
+    )
