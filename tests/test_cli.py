@@ -21,8 +21,8 @@ BAD_INPUTS = {
     "reward target": (["data.rewards.correctness._target_=grpo_exp.rewards.nope"], "data.rewards.correctness._target_", "importable"),
     "lora target module": (["peft=lora", "peft.target_modules=[qproj]"], "peft.target_modules: ['qproj']", "q_proj"),
     "vllm on CPU": (["vllm=colocate"], "vllm.mode: 'colocate' needs a CUDA GPU", "vllm=off"),
-    "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "topology=local"),
-    "multi-node": (["topology=2x8"], "topology.nnodes: is 2", "one machine"),
+    "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "action=plan"),
+    "bad launcher": (["launcher.name=k8s"], "launcher.name: 'k8s' is not a valid option", "slurm"),
 }
 
 

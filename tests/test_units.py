@@ -74,13 +74,6 @@ def test_summary_merges_and_sets_exit_code(tmp_path):
     assert rundir.read_summary(tmp_path) == summary
 
 
-def test_world_size_one_process_per_gpu_else_cpu_procs(monkeypatch):
-    cfg = compose_cfg()
-    assert launch.world_size(cfg, gpus=0) == 2
-    assert launch.world_size(cfg, gpus=4) == 4
-    assert launch.world_size(compose_cfg("topology=1x2"), gpus=8) == 2
-
-
 @pytest.mark.parametrize("visible,count", [("", 0), ("0", 1), ("0,1,3", 3), ("-1", 0)])
 def test_visible_gpus_honours_cuda_visible_devices(monkeypatch, visible, count):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
@@ -89,7 +82,7 @@ def test_visible_gpus_honours_cuda_visible_devices(monkeypatch, visible, count):
 
 def test_default_run_needs_no_hub_and_real_ones_do():
     assert not launch.needs_hub(compose_cfg())
-    assert launch.worker_env(compose_cfg())["HF_HUB_OFFLINE"] == "1"
+    assert launch.process_env(compose_cfg(), {})["HF_HUB_OFFLINE"] == "1"
     assert launch.needs_hub(compose_cfg("model=qwen7b"))
     assert launch.needs_hub(compose_cfg("data=gsm8k"))
     assert not launch.needs_hub(compose_cfg("data=gsm8k", "data.path=tests/fixtures/gsm8k_sample.jsonl"))

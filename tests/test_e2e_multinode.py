@@ -1,0 +1,110 @@
+"""Multi-node behaviour rehearsed on loopback: two drivers, one per "node" (topology=cpu2x1),
+each started the way a user starts one per machine. Real rendezvous, real gloo groups."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from grpo_exp import rundir
+
+pytestmark = pytest.mark.e2e
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def node(model_cache, tmp_path):
+    """Start one node's driver in the background: node(rank, *overrides) -> (Popen, run_dir)."""
+    port = free_port()
+    started = []
+
+    def start(rank: int, *overrides: str):
+        run_dir = tmp_path / f"node{rank}"
+        env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(os.path.dirname(os.path.dirname(__file__)))}
+        cmd = [sys.executable, "-m", "grpo_exp", "logger=none", "topology=cpu2x1", f"topology.node_rank={rank}",
+               f"topology.master_port={port}", f"hydra.run.dir={run_dir}", *overrides]
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        started.append(proc)
+        return proc, run_dir
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_two_nodes_on_loopback_train_for_real(node):
+    p0, dir0 = node(0, "trainer.max_steps=2")
+    p1, dir1 = node(1, "trainer.max_steps=2")
+    assert p0.wait(timeout=300) == 0, p0.stdout.read()[-3000:]
+    assert p1.wait(timeout=60) == 0, p1.stdout.read()[-3000:]
+    summary = rundir.read_summary(dir0)
+    assert summary["status"] == "completed" and summary["global_step"] == 2
+    assert summary["runtime"]["world_size"] == 2 and summary["runtime"]["backend"] == "gloo"
+    assert [m["step"] for m in rundir.read_metrics(dir0)] == [1, 2]
+    assert rundir.read_summary(dir1)["status"] == "completed"
+    assert "[rank1]" in (dir1 / rundir.LOG).read_text()  # node 1 ran global rank 1
+
+
+def test_differing_override_on_node_1_stops_both_nodes_naming_the_key(node):
+    started = time.time()
+    p0, dir0 = node(0)
+    p1, dir1 = node(1, "trainer.learning_rate=3e-05")
+    assert p0.wait(timeout=120) == rundir.EXIT_HANG_PREVENTED == 5
+    assert p1.wait(timeout=60) == 5
+    assert time.time() - started < 60
+    for run_dir in (dir0, dir1):
+        summary = rundir.read_summary(run_dir)
+        assert summary["status"] == "mismatch"
+        assert "trainer.learning_rate differs between nodes: node(s) [0]: 1e-05; node(s) [1]: 3e-05" in summary["error"]
+
+
+def test_a_node_that_never_arrives_is_named_after_the_timeout(node):
+    p0, dir0 = node(0, "topology.rendezvous_timeout_s=5")
+    assert p0.wait(timeout=120) == 5
+    summary = rundir.read_summary(dir0)
+    assert summary["status"] == "rendezvous_timeout"
+    assert "1/2 clients joined" in summary["error"] and "topology.node_rank" in summary["error"]
+
+
+def test_stalled_rank_dumps_stacks_and_fails(cli):
+    result, run_dir = cli(
+        "logger=none", "watchdog.stall_s=8", "trainer.max_steps=3",
+        "+data.rewards.stuck._target_=tests.memory_hog.stuck", "+data.rewards.stuck.only_rank=1",
+    )
+    assert result.returncode == 5
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "stalled" and "stacks/rank1.txt" in summary["error"]
+    stack = (run_dir / "stacks" / "rank1.txt").read_text()
+    assert "in stuck" in stack and "_calculate_rewards" in stack
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
+
+
+def test_killing_one_rank_ends_the_whole_run(model_cache, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "grpo_exp", "logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 180
+    while not rundir.read_metrics(run_dir) and time.time() < deadline:
+        time.sleep(0.5)
+    everything = psutil.Process(driver.pid).children(recursive=True)
+    rank1 = [p for p in everything if "grpo_exp.worker" in p.cmdline() and p.environ().get("RANK") == "1"]
+    assert len(rank1) == 1
+    rank1[0].send_signal(signal.SIGKILL)
+    assert driver.wait(timeout=60) == rundir.EXIT_FAILED
+    gone, alive = psutil.wait_procs(everything, timeout=30)
+    assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+    assert rundir.read_summary(run_dir)["status"] == "failed"

@@ -1,0 +1,192 @@
+"""Launch plans, asserted exactly, for cluster topologies this machine does not have; plus the
+pieces of the hang-prevention machinery that need no second node."""
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from grpo_exp import consistency, placement, vllm_server
+from tests.conftest import compose_cfg
+
+CFG_PATH = "/runs/x/config.yaml"
+
+
+def plan_for(*overrides, gpus=0):
+    return placement.make_plan(compose_cfg("model=qwen7b", *overrides), CFG_PATH, detected_gpus=gpus)
+
+
+def shape(plan):
+    return [(n.node_rank, n.train_procs, n.train_gpus, n.vllm_gpus) for n in plan.nodes]
+
+
+ALL8 = list(range(8))
+
+
+@pytest.mark.parametrize("vllm", ["off", "colocate"])
+def test_every_gpu_trains_without_a_server(vllm):
+    assert shape(plan_for("topology=1x8", f"vllm={vllm}")) == [(0, 8, ALL8, [])]
+    assert shape(plan_for("topology=2x8", f"vllm={vllm}")) == [(0, 8, ALL8, []), (1, 8, ALL8, [])]
+    plan = plan_for("topology=4x8", f"vllm={vllm}")
+    assert shape(plan) == [(r, 8, ALL8, []) for r in range(4)] and plan.world_size == 32
+    assert plan.vllm == {"mode": vllm, "server_node": None, "gpus": 0, "tensor_parallel_size": 1}
+
+
+def test_server_on_node_0_gives_7_plus_8():
+    plan = plan_for("topology=2x8", "vllm=server")
+    assert shape(plan) == [(0, 7, list(range(1, 8)), [0]), (1, 8, ALL8, [])]
+    assert plan.world_size == 15
+    assert plan.vllm == {"mode": "server", "server_node": 0, "gpus": 1, "tensor_parallel_size": 1}
+
+
+def test_symmetric_gives_7_plus_7():
+    plan = plan_for("topology=2x8", "vllm=server", "topology.symmetric=true")
+    assert shape(plan) == [(0, 7, list(range(1, 8)), [0]), (1, 7, list(range(1, 8)), [])]
+    assert plan.world_size == 14
+
+
+def test_server_with_tensor_parallel_2():
+    plan = plan_for("topology=4x8", "vllm=server", "vllm.gpus=2", "vllm.tensor_parallel_size=2")
+    assert shape(plan) == [(0, 6, list(range(2, 8)), [0, 1])] + [(r, 8, ALL8, []) for r in (1, 2, 3)]
+    assert plan.world_size == 30
+    assert plan.vllm == {"mode": "server", "server_node": 0, "gpus": 2, "tensor_parallel_size": 2}
+    assert "--tensor_parallel_size=2" in plan.nodes[0].commands["vllm"]
+    assert "--data_parallel_size=1" in plan.nodes[0].commands["vllm"]
+
+
+def test_single_node_server_1x8():
+    plan = plan_for("topology=1x8", "vllm=server")
+    assert shape(plan) == [(0, 7, list(range(1, 8)), [0])] and plan.world_size == 7
+
+
+def test_env_and_commands_of_a_server_node():
+    node0, node1 = plan_for("topology=2x8", "vllm=server", "topology.master_addr=10.0.0.1", "topology.master_port=29400").nodes
+    assert node0.env["train"] == {
+        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400", "NODE_RANK": "0", "NNODES": "2",
+        "CUDA_VISIBLE_DEVICES": "1,2,3,4,5,6,7", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "GRPO_EXP_VLLM_GPUS": "0",
+    }
+    assert node0.env["vllm"] == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert node0.commands["train"][1:] == [
+        "-m", "torch.distributed.run", "--nproc-per-node=7", "--nnodes=2", "--node-rank=0",
+        "--master-addr=10.0.0.1", "--master-port=29400", "--rdzv-conf=timeout=300",
+        "-m", "grpo_exp.worker", CFG_PATH,
+    ]
+    assert "--nproc-per-node=8" in node1.commands["train"] and "vllm" not in node1.commands
+    assert node1.env["train"]["NODE_RANK"] == "1" and "vllm" not in node1.env
+
+
+def test_cpu_topologies():
+    assert shape(placement.make_plan(compose_cfg(), CFG_PATH, detected_gpus=0)) == [(0, 2, [], [])]
+    plan = placement.make_plan(compose_cfg("topology=cpu2x1"), CFG_PATH, detected_gpus=0)
+    assert shape(plan) == [(0, 1, [], []), (1, 1, [], [])] and plan.device == "cpu"
+    single = placement.make_plan(compose_cfg("topology.cpu_procs=1"), CFG_PATH, detected_gpus=0)
+    assert single.nodes[0].commands["train"][1:] == ["-m", "grpo_exp.worker", CFG_PATH]
+
+
+def test_local_topology_uses_detected_gpus():
+    assert shape(placement.make_plan(compose_cfg(), CFG_PATH, detected_gpus=4)) == [(0, 4, [0, 1, 2, 3], [])]
+
+
+def test_action_plan_writes_plan_json_for_a_cluster_on_this_machine(cli):
+    result, run_dir = cli("model=qwen7b", "topology=2x8", "vllm=server", "action=plan")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["world_size"] == 15
+    assert [n["train_procs"] for n in plan["nodes"]] == [7, 8]
+    assert set(plan["nodes"][0]) >= {"node_rank", "train_procs", "train_gpus", "vllm_gpus", "env", "commands"}
+    assert plan["vllm"] == {"mode": "server", "server_node": 0, "gpus": 1, "tensor_parallel_size": 1}
+    assert "node 0: 7 training process(es) on GPUs 1,2,3,4,5,6,7, vLLM server on GPUs 0" in result.stdout
+    assert not (run_dir / "train.log").exists() and not (run_dir / "summary.json").exists()  # nothing launched
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["vllm.gpus=8"], "vllm.gpus: reserves 8 of node 0's 8 GPUs"),
+        (["vllm.gpus=3", "vllm.tensor_parallel_size=2"], "vllm.gpus: is 3; the server needs a positive multiple"),
+        (["topology.node_rank=2"], "topology.node_rank: is 2, outside 0..1"),
+        (["vllm.max_model_length=128"], "vllm.max_model_length: 128 < data.max_prompt_length + trainer.max_completion_length = 160"),
+        (["trainer.per_device_train_batch_size=1", "trainer.num_generations=8"], "8 does not divide the generation batch 15"),
+    ],
+)
+def test_plan_level_problems(cli, overrides, message):
+    result, run_dir = cli("model=qwen7b", "topology=2x8", "vllm=server", "action=plan", *overrides)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "visible,vllm,n_gpu,problem",
+    [
+        ("1,2,3", "0", 1, None),
+        ("0,1,2", "0", 1, "includes GPU(s) ['0'] reserved for the vLLM server"),
+        ("0,1", "", 2, "nn.DataParallel"),
+        (None, None, 1, None),
+    ],
+)
+def test_startup_guard(visible, vllm, n_gpu, problem):
+    problems = consistency.placement_problems(visible, vllm, n_gpu)
+    assert (problem is None and not problems) or (problem and problem in " ".join(problems))
+
+
+def test_fingerprint_differences_name_nodes_and_keys():
+    cfg = compose_cfg()
+    base = consistency.fingerprint(cfg)
+    other = json.loads(json.dumps(base))
+    other["node_rank"] = 1
+    other["config"]["vllm.mode"] = "colocate"
+    other["facts"]["version.trl"] = "0.0.1"
+    lines = consistency.differences([base, base, other])
+    assert any(line.startswith("vllm.mode differs between nodes: node(s) [0]: 'off'; node(s) [1]: 'colocate'") for line in lines)
+    assert any(line.startswith("version.trl differs") for line in lines) and len(lines) == 2
+    assert consistency.differences([base, base]) == []
+
+
+def test_node_rank_is_not_part_of_the_fingerprint():
+    assert consistency.fingerprint(compose_cfg("topology.node_rank=0"))["config"] == consistency.fingerprint(compose_cfg("topology.node_rank=1"))["config"]
+
+
+def test_vllm_serve_argv_parses_with_trls_own_parser():
+    from trl.scripts.vllm_serve import make_parser
+
+    cfg = compose_cfg("model=qwen7b", "vllm=server", "vllm.gpus=4", "vllm.tensor_parallel_size=2", "vllm.max_model_length=4096")
+    argv = vllm_server.serve_command(cfg)
+    args, extra = make_parser().parse_args_and_config(args=argv[argv.index("vllm-serve") + 1 :], return_remaining_strings=True)
+    assert extra == []
+    assert (args.model, args.tensor_parallel_size, args.data_parallel_size) == ("Qwen/Qwen2.5-7B-Instruct", 2, 2)
+    assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.port) == (0.9, 4096, "bfloat16", 8000)
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/health" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_health_wait_returns_when_the_server_answers():
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        waited = vllm_server.wait_healthy(f"http://127.0.0.1:{server.server_port}/health", timeout_s=10, poll_s=0.1)
+        assert waited < 5
+    finally:
+        server.shutdown()
+
+
+def test_health_wait_times_out_with_a_clear_error():
+    with pytest.raises(vllm_server.ServerNotReady, match=r"did not answer http://127.0.0.1:9/health within vllm.server_timeout=1s"):
+        vllm_server.wait_healthy("http://127.0.0.1:9/health", timeout_s=1, poll_s=0.2)
+
+
+def test_health_wait_notices_a_dead_server():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with pytest.raises(vllm_server.ServerNotReady, match="exited before answering"):
+        vllm_server.wait_healthy("http://127.0.0.1:9/health", timeout_s=30, is_alive=lambda: dead.poll() is None)
