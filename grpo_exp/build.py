@@ -6,6 +6,7 @@ DeepSpeed's JSON. What is not a plain copy is derived here, with the reason next
 """
 
 import logging
+import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -36,6 +37,8 @@ def vllm_fields(cfg: DictConfig) -> dict:
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
     fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
+    if fields["vllm_server_host"] is None:  # the plan puts the server on node 0, torchrun's MASTER_ADDR
+        fields["vllm_server_host"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
     return {"use_vllm": True, **fields}
 
 

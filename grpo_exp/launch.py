@@ -96,12 +96,12 @@ def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
     )
 
 
-def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan) -> int:
+def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | None = None) -> int:
     """Run this node's processes to the end; return the training exit code (130 if interrupted).
     Raises vllm_server.ServerNotReady if the server never became healthy (training not started)."""
     from grpo_exp.vllm_server import health_url, wait_healthy
 
-    output = _Output(run_dir / rundir.LOG)
+    output = _Output(log_path or run_dir / rundir.LOG)
     procs: list[subprocess.Popen] = []
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

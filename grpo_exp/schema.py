@@ -105,7 +105,7 @@ class VllmConfig:
     tensor_parallel_size: int = 1
     enable_sleep_mode: bool = False
     model_impl: str = "vllm"
-    server_host: str = "127.0.0.1"  # where trainers reach the server (server.yaml: node 0's address)
+    server_host: Optional[str] = None  # where trainers reach the server; null = node 0 (MASTER_ADDR)
     server_port: int = 8000
     server_timeout: float = 240.0
     group_port: int = 51216
@@ -142,6 +142,7 @@ class TopologyConfig:
 
 @dataclass
 class SlurmConfig:
+    cluster: Optional[str] = None  # null = SLURM (sbatch); local = submitit's local executor, to rehearse on one machine
     partition: Optional[str] = None
     account: Optional[str] = None
     qos: Optional[str] = None

@@ -22,7 +22,8 @@ from contextlib import contextmanager
 
 GIB = 2**30
 PHASES = ("generate", "reward", "score", "train", "optimizer", "weight_sync")
-ROLE = "train"  # memory of training processes; a vLLM server would be role "vllm"
+VLLM = "vllm"  # the vLLM server's GPUs (server mode), read through NVML by rank 0: role and key
+
 BYTE_STATS = ("host_rss_max", "alloc_max", "reserved_max", "active_max", "device_used_max")
 COUNT_STATS = ("alloc_retries", "ooms")  # cumulative allocator counters, logged as memory/<stat>
 
@@ -69,18 +70,39 @@ class MemoryProbe:
             return "".join(line for line in f if line.startswith(("VmPeak", "VmSize", "VmHWM", "VmRSS", "VmData")))
 
 
-def _nvml_handle():
+def _nvml_handle(physical_index: int | None = None):
     try:
         import pynvml
 
         pynvml.nvmlInit()
-        index = int(os.environ.get("LOCAL_RANK", "0"))
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible:  # NVML numbers physical devices; CUDA_VISIBLE_DEVICES renumbers them
-            index = int(visible.split(",")[index])
-        return pynvml.nvmlDeviceGetHandleByIndex(index)
+        if physical_index is None:
+            index = int(os.environ.get("LOCAL_RANK", "0"))
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            if visible:  # NVML numbers physical devices; CUDA_VISIBLE_DEVICES renumbers them
+                index = int(visible.split(",")[index])
+            physical_index = index
+        return pynvml.nvmlDeviceGetHandleByIndex(physical_index)
     except Exception:  # no NVML or a UUID-style CUDA_VISIBLE_DEVICES: skip the device-wide stat
         return None
+
+
+class VllmServerProbe:
+    """NVML used memory of the GPUs the plan gave the vLLM server (GRPO_EXP_VLLM_GPUS on node 0).
+    The server is another process: NVML is the only view of it. None where there is no NVML."""
+
+    def __init__(self, handles: list):
+        self.handles = handles
+
+    @classmethod
+    def from_env(cls) -> "VllmServerProbe | None":
+        indices = [int(i) for i in os.environ.get("GRPO_EXP_VLLM_GPUS", "").split(",") if i]
+        handles = [h for h in (_nvml_handle(i) for i in indices) if h is not None]
+        return cls(handles) if handles else None
+
+    def read(self) -> dict[str, float]:
+        import pynvml
+
+        return {"device_used_max": max(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)}
 
 
 def _reset_host_peak() -> bool:
@@ -110,8 +132,9 @@ def _host_rss() -> int:
 class PhaseMemory:
     """Per-phase peaks of this process for the current logging window, and the whole run's."""
 
-    def __init__(self, probe: MemoryProbe):
+    def __init__(self, probe: MemoryProbe, vllm_probe: VllmServerProbe | None = None):
         self.probe = probe
+        self.vllm_probe = vllm_probe
         self.stack: list[str] = []
         self.window: dict[str, dict[str, float]] = defaultdict(dict)
         self.failed_phase: str | None = None
@@ -120,6 +143,8 @@ class PhaseMemory:
     def _close_segment(self) -> None:
         if self.stack:
             _merge_max(self.window[self.stack[-1]], self.probe.read())
+        if self.vllm_probe is not None:  # sampled at every phase boundary (NVML keeps no peak)
+            _merge_max(self.window[VLLM], self.vllm_probe.read())
         self.probe.reset()
 
     def enter(self, name: str) -> None:
@@ -178,9 +203,10 @@ def aggregate(per_rank: list[dict[str, dict[str, float]]]) -> dict[str, float]:
 def run_peaks(metrics: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
     """Fold one logging step's memory metrics into the whole run's maxima (summary keys)."""
     for key, value in metrics.items():
-        match = re.fullmatch(r"memory/[a-z_]+/(\w+_gib)", key)
+        match = re.fullmatch(r"memory/([a-z_]+)/(\w+_gib)", key)
         if match:
-            name = f"memory/peak/{ROLE}/{match.group(1)}"
+            role = VLLM if match.group(1) == VLLM else "train"
+            name = f"memory/peak/{role}/{match.group(2)}"
             peaks[name] = max(peaks.get(name, value), value)
     return peaks
 

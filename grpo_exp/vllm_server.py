@@ -38,7 +38,8 @@ def serve_command(cfg: DictConfig) -> list[str]:
 
 
 def health_url(cfg: DictConfig) -> str:
-    return f"http://{cfg.vllm.server_host}:{cfg.vllm.server_port}/health"
+    """Checked from node 0, where the plan puts the server."""
+    return f"http://{cfg.vllm.server_host or '127.0.0.1'}:{cfg.vllm.server_port}/health"
 
 
 def wait_healthy(url: str, timeout_s: float, is_alive=lambda: True, poll_s: float = 1.0) -> float:

@@ -151,7 +151,8 @@ def main(config_path: str) -> int:
     tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
     watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     callback = make_callback(run_dir, rank, watchdog)
-    phases = telemetry.PhaseMemory(telemetry.MemoryProbe()) if cfg.memory.telemetry else None
+    vllm_probe = telemetry.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
+    phases = telemetry.PhaseMemory(telemetry.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
     peaks: dict = {}
     outcome: dict = {"status": "failed", "error": None}
     try:

@@ -89,7 +89,8 @@ def test_vllm_keys_are_grpo_config_vllm_fields_without_prefix():
             assert f"vllm_{f.name}" in fields, f"vllm.{f.name} -> vllm_{f.name} is not a GRPOConfig field"
     cfg = compose_cfg("vllm=server")
     mapped = build.vllm_fields(cfg)
-    assert mapped == {"use_vllm": True, **{f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in own}}
+    expected = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in own}
+    assert mapped == {"use_vllm": True, **expected, "vllm_server_host": "127.0.0.1"}  # null = node 0
 
 
 def test_lora_keys_are_lora_config_fields():

@@ -71,6 +71,20 @@ def test_run_peaks_keep_the_maximum_per_stat():
     assert peaks == {"memory/peak/train/host_rss_max_gib": 2.0}
 
 
+def test_vllm_server_memory_is_its_own_role():
+    peaks = {}
+    telemetry.run_peaks({"memory/vllm/device_used_max_gib": 70.0, "memory/train/device_used_max_gib": 50.0}, peaks)
+    assert peaks == {"memory/peak/vllm/device_used_max_gib": 70.0, "memory/peak/train/device_used_max_gib": 50.0}
+
+
+def test_no_vllm_probe_without_nvml_or_reserved_gpus(monkeypatch):
+    monkeypatch.delenv("GRPO_EXP_VLLM_GPUS", raising=False)
+    assert telemetry.VllmServerProbe.from_env() is None
+    if not torch.cuda.is_available():  # no NVIDIA driver: NVML cannot open the device
+        monkeypatch.setenv("GRPO_EXP_VLLM_GPUS", "0")
+        assert telemetry.VllmServerProbe.from_env() is None
+
+
 @pytest.mark.parametrize(
     "exc,kind,requested",
     [
@@ -99,3 +113,11 @@ def test_cuda_and_nvml_stats_on_a_gpu():
     if probe._nvml is not None:
         assert stats["device_used_max"] >= stats["reserved_max"]
     del x
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_vllm_server_probe_reads_nvml_on_a_gpu(monkeypatch):
+    monkeypatch.setenv("GRPO_EXP_VLLM_GPUS", "0")
+    probe = telemetry.VllmServerProbe.from_env()
+    assert probe is not None and probe.read()["device_used_max"] > 0
