@@ -108,9 +108,10 @@ def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
             error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
             "command on every node with its topology.node_rank, and check topology.master_addr/master_port are reachable",
         )
+    killed = " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out." if "Signal 9 (SIGKILL)" in log_text else ""
     return rundir.write_summary(
         run_dir, status="failed", wall_s=wall_s,
-        error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}",
+        error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}",
     )
 
 

@@ -12,13 +12,13 @@ from grpo_exp import build
 from grpo_exp.schema import TrainerConfig, VllmConfig
 from tests.conftest import CONF, compose_cfg, group_options
 
-GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger"]
+GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher"]
 CASES = [(g, o) for g in GROUPS for o in group_options(g)]
 
 
 def test_every_group_has_options():
     assert {g: len(group_options(g)) for g in GROUPS} == {
-        "model": 14, "data": 3, "trainer": 1, "vllm": 3, "deepspeed": 6, "peft": 2, "topology": 7, "logger": 2,
+        "model": 14, "data": 3, "trainer": 1, "vllm": 3, "deepspeed": 6, "peft": 2, "topology": 8, "logger": 2, "launcher": 2,
     }
 
 

@@ -116,7 +116,8 @@ def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
     assert "training failed" in (run_dir / rundir.LOG).read_text()
 
 
-def test_sigint_ends_every_process_of_the_run(model_cache, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_to_driver_ends_every_process_of_the_run(model_cache, tmp_path, sig):
     run_dir = tmp_path / "run"
     env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache)}
     driver = subprocess.Popen(
@@ -130,7 +131,7 @@ def test_sigint_ends_every_process_of_the_run(model_cache, tmp_path):
     workers = psutil.Process(driver.pid).children(recursive=True)
     ranks = [p for p in workers if "grpo_exp.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
     assert len(ranks) == 2  # plus torchrun's agent
-    driver.send_signal(signal.SIGINT)
+    driver.send_signal(sig)
     assert driver.wait(timeout=60) == rundir.EXIT_INTERRUPTED
     gone, alive = psutil.wait_procs(workers, timeout=30)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
