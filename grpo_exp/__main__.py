@@ -8,7 +8,8 @@
     python -m grpo_exp --help                            # groups and options
 
 Only this process calls Hydra. Training processes read <run dir>/config.yaml.
-Exit codes (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 4 out of memory,
+Exit codes (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 3 predicted OOM
+(refused before launch), 4 out of memory,
 5 hang prevented (nodes disagree, a node never joined, training stalled), 130 interrupted.
 """
 
@@ -26,7 +27,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors, launch, placement, rundir
+from grpo_exp import errors, launch, placement, planner, rundir
 from grpo_exp.schema import register_configs
 from grpo_exp.consistency import STACKS
 from grpo_exp.validate import validate
@@ -48,12 +49,21 @@ def run(cfg: DictConfig) -> int:
         errors.report("\n".join(map(str, problems)))
         return _done(rundir.EXIT_INVALID)
 
+    memory = planner.preflight(cfg, plan)
     rundir.freeze_config(cfg, run_dir)
-    rundir.write_json(run_dir / rundir.PLAN, plan.to_dict())
+    rundir.write_json(run_dir / rundir.PLAN, {**plan.to_dict(), **memory})
     print(placement.describe(plan))
     if cfg.action == "plan":
+        planner.print_report(memory)
         log.info("plan written to %s", run_dir / rundir.PLAN)
         return _done(rundir.EXIT_OK)
+    if not memory["fits"]:
+        planner.print_report(memory)
+        if cfg.preflight.on_oom == "refuse":
+            summary = rundir.write_summary(run_dir, status="predicted_oom", wall_s=0.0, error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)", suggestions=memory["suggestions"])
+            log.error("refused: predicted OOM (exit %d); run with preflight.on_oom=warn to try anyway", summary["exit_code"])
+            return _done(summary["exit_code"])
+        log.warning("preflight predicts an OOM; running anyway (preflight.on_oom=warn)")
 
     node = plan.nodes[cfg.topology.node_rank]
     rundir.write_summary(run_dir, status="running", world_size=plan.world_size, node_rank=node.node_rank)

@@ -26,6 +26,7 @@ SUMMARY = "summary.json"
 EXIT_OK = 0
 EXIT_FAILED = 1  # unexpected failure
 EXIT_INVALID = 2  # the config is wrong; nothing was launched
+EXIT_PREDICTED_OOM = 3  # preflight predicts an OOM; nothing was launched (preflight.on_oom=warn runs anyway)
 EXIT_OOM = 4  # a rank ran out of memory (CUDA or host); summary.json["oom"] says where
 EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined, or training stalled
 EXIT_INTERRUPTED = 130
@@ -33,6 +34,7 @@ STATUS_EXIT_CODES = {
     "completed": EXIT_OK,
     "failed": EXIT_FAILED,
     "invalid": EXIT_INVALID,
+    "predicted_oom": EXIT_PREDICTED_OOM,
     "oom": EXIT_OOM,
     "mismatch": EXIT_HANG_PREVENTED,
     "rendezvous_timeout": EXIT_HANG_PREVENTED,

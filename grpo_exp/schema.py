@@ -185,6 +185,11 @@ class MemoryConfig:
 
 
 @dataclass
+class PreflightConfig:
+    on_oom: str = "refuse"  # refuse: a predicted OOM stops action=run with exit 3 | warn: run anyway
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -197,6 +202,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    preflight: PreflightConfig = field(default_factory=PreflightConfig)
     action: str = "run"  # run: check, then train | plan: check, write plan.json, print, launch nothing
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None

@@ -311,3 +311,55 @@ def apply_memory_limit(limit_gib: float | None) -> None:
     else:
         limit = int(limit_gib * GIB)
         resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.getrlimit(resource.RLIMIT_DATA)[1]))
+
+
+# --- model-state bytes, measured (calibrates the planner) --------------------------------------
+
+class ModelStateMeter:
+    """Real bytes of parameters, gradients and optimizer state on this rank, read right after each
+    optimizer step (a global torch optimizer post-hook, so it also sees the torch Adam that
+    DeepSpeed runs on its fp32 partitions, while their gradients still exist). Storages are
+    counted once, so views into DeepSpeed's flat buffers are not double counted."""
+
+    def __init__(self, model):
+        self.model = model
+        self.peak: dict[str, int] = {}
+        self._handle = None
+
+    def install(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        self._handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: self._measure(optimizer))
+
+    def remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+
+    def _measure(self, optimizer) -> None:
+        seen: set[int] = set()
+
+        def nbytes(tensor) -> int:
+            if tensor is None:
+                return 0
+            storage = tensor.untyped_storage()
+            if storage.nbytes() == 0 or storage.data_ptr() in seen:
+                return 0
+            seen.add(storage.data_ptr())
+            return storage.nbytes()
+
+        params = list(self.model.parameters())
+        weights = sum(nbytes(getattr(p, "ds_tensor", None) if hasattr(p, "ds_tensor") else p) for p in params)
+        grads = sum(nbytes(p.grad) for p in params)
+        opt_params = [p for group in optimizer.param_groups for p in group["params"]]
+        grads += sum(nbytes(p.grad) for p in opt_params)
+        states = sum(nbytes(p) for p in opt_params)  # fp32 master partitions (DeepSpeed); model params are seen already
+        states += sum(nbytes(v) for state in optimizer.state.values() for v in state.values() if hasattr(v, "untyped_storage") and v.dim() > 0)
+        for key, value in (("weights", weights), ("gradients", grads), ("optimizer", states)):
+            self.peak[key] = max(self.peak.get(key, 0), value)
+
+    def metrics(self) -> dict[str, float]:
+        if not self.peak:
+            return {}
+        out = {f"measured/train/{k}_gib": v / GIB for k, v in self.peak.items()}
+        out["measured/train/model_states_gib"] = sum(self.peak.values()) / GIB
+        return out

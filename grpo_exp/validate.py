@@ -73,6 +73,7 @@ def check_choices(cfg: DictConfig) -> list[Problem]:
         + _one_of("data.loader", cfg.data.loader, sorted(data.LOADERS))
         + _one_of("model.model_type", cfg.model.model_type, sorted(LINEAR_MODULES))
         + _one_of("launcher.name", cfg.launcher.name, LAUNCHERS)
+        + _one_of("preflight.on_oom", cfg.preflight.on_oom, ("refuse", "warn"))
     )
 
 

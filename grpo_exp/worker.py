@@ -5,6 +5,7 @@ writes metrics.jsonl as steps are logged and summary.json at the end, whatever t
 rank that does not complete first records why in ranks/rank<N>.json.
 """
 
+import json
 import logging
 import os
 import signal
@@ -130,6 +131,24 @@ def _failure(exc: BaseException, rank: int, phases) -> dict:
     return {**outcome, "status": "oom", "oom": {"phase": phase, "rank": rank, **oom, "snapshot": snapshot}}
 
 
+def _planned(run_dir: Path, measured: dict) -> dict:
+    """The planner's prediction (plan.json) as plan/<role>/* beside the measured memory, and its
+    error on the model states where both exist."""
+    path = run_dir / rundir.PLAN
+    if not path.exists():
+        return {}
+    plan = json.loads(path.read_text())
+    out = {}
+    for role in ("train", "vllm"):
+        if plan.get(role):
+            out[f"plan/{role}/peak_gib"] = plan[role]["peak_gib"]
+            out.update({f"plan/{role}/{k}_gib": v for k, v in plan[role]["components_gib"].items()})
+    if measured and "plan/train/weights_gib" in out:
+        predicted = sum(out[f"plan/train/{k}_gib"] for k in ("weights", "gradients", "optimizer"))
+        out["plan_error/train/model_states_pct"] = 100 * (predicted - measured["measured/train/model_states_gib"]) / measured["measured/train/model_states_gib"]
+    return out
+
+
 def main(config_path: str) -> int:
     started = time.time()
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -154,6 +173,7 @@ def main(config_path: str) -> int:
     vllm_probe = telemetry.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
     phases = telemetry.PhaseMemory(telemetry.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
     peaks: dict = {}
+    meter = None
     outcome: dict = {"status": "failed", "error": None}
     try:
         _init_distributed(cfg, world_size, use_cpu)
@@ -163,6 +183,8 @@ def main(config_path: str) -> int:
         _check_placement(trainer)
         if phases is not None:
             peaks = telemetry.instrument(trainer, phases)
+            meter = telemetry.ModelStateMeter(trainer.model)
+            meter.install()
         result = trainer.train()
         outcome = {
             "status": "completed",
@@ -182,9 +204,10 @@ def main(config_path: str) -> int:
         if rank == 0:  # the W&B run is finished with its summary however training ended
             if outcome["status"] != "completed":
                 outcome = rundir.root_cause(run_dir) or outcome
+            measured = meter.metrics() if meter is not None else {}
             summary = rundir.write_summary(
-                run_dir, **outcome, **peaks, final_metrics=callback.last_logs,
-                worker_wall_s=round(time.time() - started, 3),
+                run_dir, **outcome, **peaks, **measured, **_planned(run_dir, measured),
+                final_metrics=callback.last_logs, worker_wall_s=round(time.time() - started, 3),
             )
             tracker.finish(summary, summary["exit_code"])
     return rundir.STATUS_EXIT_CODES[outcome["status"]]

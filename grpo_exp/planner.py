@@ -1,0 +1,387 @@
+"""Per-GPU peak memory of a GRPO run, predicted before launch. Pure Python: no torch import.
+
+`inputs(cfg, plan)` reads the numbers once; `estimate(inputs)` is arithmetic, so `suggest` can
+re-plan dozens of variants (smaller batch, checkpointing, ZeRO-3, ...) in milliseconds.
+Formulas, sources and known limits: docs/memory-planner.md. All sizes are bytes until reported
+in GiB (2**30).
+"""
+
+from dataclasses import dataclass, field, replace
+
+from omegaconf import DictConfig
+
+GIB = 2**30
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
+CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
+FRAGMENTATION = 0.05  # allocator reserve on top of live tensors (expandable_segments keeps it low)
+VLLM_NON_TORCH = 1.3 * GIB  # NCCL, CUDA context of the engine (vLLM's own startup log, PR #11743)
+VLLM_CUDA_GRAPHS = 1.0 * GIB  # captured graphs, outside gpu_memory_utilization (0.4-3.3 GiB seen)
+VLLM_PROFILE_TOKENS = 8192  # vLLM's max_num_batched_tokens default for the server
+PHASES = ("generate", "score", "train", "optimizer")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    # model
+    params: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    dtype_bytes: int
+    # run
+    world_size: int
+    capacity: float  # bytes per GPU
+    batch: int  # per_device_train_batch_size
+    steps_per_generation: int
+    completion: int  # max_completion_length
+    prompt: int  # max prompt tokens
+    checkpointing: bool
+    ref_model: bool  # beta > 0 without LoRA
+    zero_stage: int  # 0 = no DeepSpeed
+    offload_optimizer: bool
+    offload_params: bool
+    lora_params: int  # 0 = full fine-tuning
+    vllm_mode: str
+    vllm_util: float
+    vllm_tp: int
+    vllm_max_len: int
+    vllm_sleep: bool
+    ds3_gather_for_generation: bool
+    device: str = "cuda"
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+
+@dataclass
+class RoleEstimate:
+    components: dict[str, float]  # bytes
+    phases: dict[str, float]  # bytes
+    capacity: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> float:
+        return max(self.phases.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def to_dict(self) -> dict:
+        # unrounded: the tiny model's states are ~1e-4 GiB, and calibration compares them within 5%
+        return {
+            "peak_gib": self.peak / GIB,
+            "capacity_gib": self.capacity / GIB,
+            "headroom_gib": (self.capacity - self.peak) / GIB,
+            "fits": self.fits,
+            "components_gib": {k: v / GIB for k, v in self.components.items()},
+            "phases_gib": {k: v / GIB for k, v in self.phases.items()},
+            "notes": self.notes,
+        }
+
+
+def lora_trainable(cfg: DictConfig) -> int:
+    """Adapter parameters: r x (in + out) for every targeted linear layer."""
+    if not cfg.peft.enabled:
+        return 0
+    m = cfg.model
+    q, kv = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
+    shapes = {
+        "q_proj": (m.hidden_size, q), "k_proj": (m.hidden_size, kv), "v_proj": (m.hidden_size, kv),
+        "o_proj": (q, m.hidden_size), "gate_proj": (m.hidden_size, m.intermediate_size),
+        "up_proj": (m.hidden_size, m.intermediate_size), "down_proj": (m.intermediate_size, m.hidden_size),
+    }
+    per_layer = sum(cfg.peft.r * sum(shapes[t]) for t in cfg.peft.target_modules if t in shapes)
+    head = cfg.peft.r * (m.hidden_size + m.vocab_size) if "lm_head" in cfg.peft.target_modules else 0
+    return per_layer * m.num_hidden_layers + head
+
+
+def capacity_bytes(cfg: DictConfig, plan) -> float:
+    """A GPU's memory; on CPU runs, this machine's RAM shared by its training processes."""
+    if plan.device == "cuda":
+        return cfg.topology.gpu_memory_gib * GIB
+    import psutil
+
+    return psutil.virtual_memory().total / max(1, plan.nodes[0].train_procs)
+
+
+def inputs(cfg: DictConfig, plan) -> Inputs:
+    m, t, v, ds = cfg.model, cfg.trainer, cfg.vllm, cfg.deepspeed
+    zero = ds.get("zero_optimization", {}) if ds else {}
+    prompt = cfg.data.max_prompt_length or 512  # unbounded prompts: assume 512 tokens (a note says so)
+    return Inputs(
+        params=m.num_parameters, hidden=m.hidden_size, intermediate=m.intermediate_size,
+        layers=m.num_hidden_layers, heads=m.num_attention_heads, kv_heads=m.num_key_value_heads,
+        head_dim=m.head_dim, vocab=m.vocab_size, dtype_bytes=DTYPE_BYTES[m.dtype],
+        world_size=plan.world_size, capacity=capacity_bytes(cfg, plan), device=plan.device,
+        batch=t.per_device_train_batch_size,
+        steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
+        completion=t.max_completion_length, prompt=prompt,
+        checkpointing=t.gradient_checkpointing,
+        ref_model=t.beta > 0 and not cfg.peft.enabled,
+        zero_stage=int(zero.get("stage", 0)) if ds else 0,
+        offload_optimizer=bool(zero.get("offload_optimizer")),
+        offload_params=bool(zero.get("offload_param")),
+        lora_params=lora_trainable(cfg),
+        vllm_mode=v.mode, vllm_util=v.gpu_memory_utilization, vllm_tp=v.tensor_parallel_size,
+        vllm_max_len=v.max_model_length or m.max_position_embeddings,
+        vllm_sleep=v.enable_sleep_mode,
+        ds3_gather_for_generation=t.ds3_gather_for_generation,
+    )
+
+
+def model_states(x: Inputs) -> dict[str, float]:
+    """Parameters, gradients and optimizer states on one training rank (DeepSpeed's estimator
+    formulas for ZeRO-1/2/3, PyTorch AdamW otherwise). Adapters train in fp32 (PEFT's default)."""
+    n, wb = x.world_size, x.dtype_bytes
+    trainable = x.lora_params or x.params
+    tb = 4 if x.lora_params else wb  # bytes per trainable parameter (PEFT upcasts adapters)
+    frozen = x.params if x.lora_params else 0
+    if x.zero_stage == 0:
+        return {
+            "weights": frozen * wb + trainable * tb,
+            "gradients": trainable * tb,
+            "optimizer": 2 * trainable * tb,  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
+        }
+    shard = lambda b: b / n  # noqa: E731
+    weights = (frozen * wb + trainable * tb) if x.zero_stage < 3 else shard(frozen * wb + trainable * tb)
+    # DeepSpeed keeps an fp32 master partition and fp32 Adam moments, and reduces gradients into
+    # partitions (16-bit, plus an fp32 copy when training in 16 bit). These are the gradients held
+    # at the optimizer step; ZeRO-1's full gradients during backward are `zero1_full_gradients`.
+    grads16 = shard(trainable * tb)
+    fp32_grads = 0 if tb == 4 else shard(trainable * 4)
+    optimizer = shard(trainable * 4) + shard(trainable * 8)  # master copy + Adam moments
+    if x.offload_optimizer:
+        optimizer, fp32_grads = 0.0, 0.0
+    if x.offload_params and x.zero_stage == 3:
+        weights = 0.0
+    return {"weights": weights, "gradients": grads16 + fp32_grads, "optimizer": optimizer}
+
+
+def _activations_per_layer(x: Inputs, seqs: int, tokens: int) -> float:
+    """Saved-for-backward tensors of one Llama/Qwen block (SwiGLU, GQA, RMSNorm, SDPA attention):
+    tokens x (20h + 4 kv_dim + 8f) bytes at 2 bytes/element (Korthikanti et al. adapted)."""
+    return seqs * tokens * (20 * x.hidden + 4 * x.kv_dim + 8 * x.intermediate) * x.dtype_bytes / 2
+
+
+def estimate_train(x: Inputs) -> RoleEstimate:
+    c = model_states(x)
+    wb = x.dtype_bytes
+    seq = x.prompt + x.completion
+    b = x.batch
+    c["reference_model"] = (x.params * wb / (x.world_size if x.zero_stage == 3 else 1)) if x.ref_model else 0.0
+    trainable_bytes = (x.lora_params * 4) if x.lora_params else x.params * wb
+    c["zero1_full_gradients"] = trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0
+    per_layer = _activations_per_layer(x, b, seq)
+    if x.checkpointing:  # layer inputs kept, one layer's activations alive while it is recomputed
+        c["activations"] = x.layers * b * seq * x.hidden * wb + per_layer
+    else:
+        c["activations"] = x.layers * per_layer
+    # logits of the completion tokens, their log-softmax kept for backward, and d(loss)/d(logits)
+    c["logits"] = 3 * b * (x.completion + 1) * x.vocab * wb
+    scoring_logits = 2 * b * (x.completion + 1) * x.vocab * wb  # no-grad chunk of b sequences
+    generation_seqs = b * x.steps_per_generation  # this rank's share of the generation batch
+    if x.vllm_mode == "off":
+        c["kv_cache"] = 2 * x.layers * x.kv_dim * wb * seq * generation_seqs
+    else:
+        c["kv_cache"] = 0.0
+    if x.zero_stage == 3 and x.vllm_mode == "off" and x.ds3_gather_for_generation:
+        c["zero3_gather"] = x.params * wb  # the whole model gathered for generate()
+    elif x.zero_stage == 3:
+        c["zero3_gather"] = 4 * x.vocab * x.hidden  # largest layer gathered (DeepSpeed's estimator)
+    else:
+        c["zero3_gather"] = 0.0
+    vllm_awake = vllm_resident = 0.0
+    if x.vllm_mode == "colocate":
+        vllm_awake = x.vllm_util * x.capacity + VLLM_CUDA_GRAPHS
+        vllm_resident = VLLM_CUDA_GRAPHS if x.vllm_sleep else vllm_awake
+    c["vllm_colocated"] = vllm_awake
+    c["cuda_context"] = CUDA_CONTEXT if x.device == "cuda" else 0.0
+
+    persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["cuda_context"]
+    phases = {
+        "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"],
+        "score": persistent + vllm_resident + scoring_logits,
+        "train": persistent + vllm_resident + c["activations"] + c["logits"] + c["gradients"] + c["zero1_full_gradients"],
+        "optimizer": persistent + vllm_resident + c["gradients"],
+    }
+    torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
+    phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
+    c["allocator_reserve"] = FRAGMENTATION * max(torch_part.values())
+    return RoleEstimate(c, phases, x.capacity)
+
+
+def kv_bytes_per_token(x: Inputs) -> float:
+    return 2 * x.layers * (x.kv_heads / x.vllm_tp) * x.head_dim * 2  # bf16 K and V, per TP shard
+
+
+def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
+    """One vLLM engine GPU: weights per TP shard, profile activations, non-torch memory, the KV
+    cache as what remains of gpu_memory_utilization x capacity, CUDA graphs on top."""
+    budget = x.vllm_util * x.capacity
+    c = {
+        "weights": x.params * 2 / x.vllm_tp,
+        "profile_activations": VLLM_PROFILE_TOKENS * (2 * x.hidden + 2 * x.intermediate / x.vllm_tp) * 2 + 256 * x.vocab * 4,
+        "non_torch": VLLM_NON_TORCH,
+    }
+    c["kv_cache"] = max(0.0, budget - sum(c.values()))
+    c["cuda_graphs"] = VLLM_CUDA_GRAPHS
+    notes = []
+    per_token = kv_bytes_per_token(x)
+    if c["kv_cache"] <= 0:
+        notes.append("no memory left for the KV cache within gpu_memory_utilization")
+    elif x.vllm_max_len * per_token > c["kv_cache"]:
+        notes.append(f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; only {c['kv_cache'] / GIB:.2f} GiB is left")
+    else:
+        concurrency = c["kv_cache"] / (per_token * (x.prompt + x.completion))
+        notes.append(f"KV cache holds {c['kv_cache'] / per_token:,.0f} tokens: ~{concurrency:.0f} sequences of prompt+completion at once")
+    peak = budget + c["cuda_graphs"]
+    engine_ok = c["kv_cache"] > 0 and x.vllm_max_len * per_token <= c["kv_cache"]
+    # An engine that cannot start is as fatal as an OOM: report it as over capacity.
+    return RoleEstimate(c, {"generate": peak if engine_ok else max(peak, x.capacity + 1)}, x.capacity, notes)
+
+
+@dataclass
+class Estimate:
+    train: RoleEstimate
+    vllm: RoleEstimate | None
+
+    @property
+    def fits(self) -> bool:
+        return self.train.fits and (self.vllm is None or self.vllm.fits)
+
+
+def estimate(x: Inputs) -> Estimate:
+    train = estimate_train(x)
+    if x.vllm_mode == "colocate":
+        engine = estimate_vllm_engine(x)
+        if not engine.phases["generate"] <= x.capacity:  # the colocated engine cannot start
+            train.phases["generate"] = max(train.phases["generate"], x.capacity + 1)
+            train.notes += engine.notes
+    return Estimate(train, estimate_vllm_engine(x) if x.vllm_mode == "server" else None)
+
+
+# --- what to change when it does not fit ------------------------------------------------------
+
+def _largest(lo: int, hi: int, fits) -> int | None:
+    """Largest value in [lo, hi] for which fits(value) holds, assuming monotonic; None if none."""
+    if not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _peak(e: Estimate) -> float:
+    return max(e.train.peak, e.vllm.peak if e.vllm else 0.0)
+
+
+def suggest(x: Inputs) -> list[dict]:
+    """Changes that would make the run fit (or help), ranked: fitting first, then by GiB saved."""
+    base = estimate(x)
+    if base.fits:
+        return []
+    out = []
+
+    def add(key: str, value, y: Inputs, text: str) -> None:
+        e = estimate(y)
+        saved = (_peak(base) - _peak(e)) / GIB
+        if saved > 0.01 or e.fits:
+            out.append({"key": key, "value": value, "fits": e.fits, "saves_gib": round(saved, 2), "text": text})
+
+    def bound(key: str, field_name: str, lo: int, hi: int) -> None:
+        best = _largest(lo, hi, lambda v: estimate(replace(x, **{field_name: v})).fits)
+        if best is not None and best < hi:
+            add(key, best, replace(x, **{field_name: best}), f"{key} <= {best} fits")
+        elif best is None and lo < getattr(x, field_name):
+            add(key, lo, replace(x, **{field_name: lo}), f"{key}={lo} helps but is not enough alone")
+
+    bound("trainer.per_device_train_batch_size", "batch", 1, x.batch)
+    if not x.checkpointing:
+        add("trainer.gradient_checkpointing", True, replace(x, checkpointing=True), "trainer.gradient_checkpointing=true")
+    bound("trainer.max_completion_length", "completion", 16, x.completion)
+    bound("data.max_prompt_length", "prompt", 16, x.prompt)
+    if x.ref_model:
+        add("trainer.beta", 0.0, replace(x, ref_model=False), "trainer.beta=0.0 (no reference model)")
+    for stage in (2, 3):
+        if x.zero_stage < stage and x.world_size > 1:
+            add("deepspeed", f"zero{stage}", replace(x, zero_stage=stage), f"deepspeed=zero{stage}")
+    if x.zero_stage >= 2 and not x.offload_optimizer:
+        add("deepspeed", f"zero{x.zero_stage}_offload", replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3), f"deepspeed=zero{x.zero_stage}_offload")
+    if not x.lora_params:
+        lora = 16 * x.layers * (4 * x.hidden + 2 * x.kv_dim + 3 * (x.hidden + x.intermediate)) // 1
+        add("peft", "lora", replace(x, lora_params=lora, ref_model=False), "peft=lora (r=16 on all linear layers)")
+    if x.vllm_mode == "colocate":
+        utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]
+        fitting = [u for u in utils if estimate(replace(x, vllm_util=u)).fits]
+        if fitting:
+            add("vllm.gpu_memory_utilization", max(fitting), replace(x, vllm_util=max(fitting)), f"vllm.gpu_memory_utilization <= {max(fitting):.2f}")
+        if not x.vllm_sleep:
+            add("vllm.enable_sleep_mode", True, replace(x, vllm_sleep=True), "vllm.enable_sleep_mode=true")
+    if x.vllm_mode == "server" and base.vllm is not None and not base.vllm.fits:
+        if x.vllm_util < 0.95:
+            add("vllm.gpu_memory_utilization", 0.95, replace(x, vllm_util=0.95), "vllm.gpu_memory_utilization=0.95")
+        add("vllm.tensor_parallel_size", x.vllm_tp * 2, replace(x, vllm_tp=x.vllm_tp * 2), f"vllm.tensor_parallel_size={x.vllm_tp * 2} (and vllm.gpus={x.vllm_tp * 2})")
+        needed = x.prompt + x.completion
+        if x.vllm_max_len > needed:
+            add("vllm.max_model_length", needed, replace(x, vllm_max_len=needed), f"vllm.max_model_length={needed}")
+    for item in out:
+        item["text"] += f" (saves {item['saves_gib']:.1f} GiB)" if item["saves_gib"] > 0 else ""
+    return sorted(out, key=lambda s: (not s["fits"], -s["saves_gib"]))
+
+
+def preflight(cfg: DictConfig, plan) -> dict:
+    """The memory part of plan.json."""
+    x = inputs(cfg, plan)
+    e = estimate(x)
+    errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
+    notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
+    return {
+        "fits": e.fits,
+        "device": plan.device,
+        "train": e.train.to_dict(),
+        "vllm": e.vllm.to_dict() if e.vllm else None,
+        "errors": errors + [n for n in e.train.notes],
+        "suggestions": suggest(x),
+        "notes": notes,
+    }
+
+
+def print_report(memory: dict) -> None:
+    """The breakdown as terminal tables (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=110)
+    for role in ("train", "vllm"):
+        r = memory[role]
+        if r is None:
+            continue
+        verdict = "[green]fits[/]" if r["fits"] else "[red]OOM[/]"
+        unit = "GPU" if memory["device"] == "cuda" else "process (host RAM)"
+        console.print(f"{role}: peak per {unit} {r['peak_gib']:.2f} of {r['capacity_gib']:.2f} GiB - {verdict}")
+        table = Table()
+        table.add_column("component")
+        table.add_column("GiB", justify="right")
+        for name, gib in r["components_gib"].items():
+            if gib:
+                table.add_row(name, f"{gib:.2f}")
+        table.add_section()
+        for name, gib in r["phases_gib"].items():
+            table.add_row(f"phase: {name}", f"{gib:.2f}")
+        console.print(table)
+        for note in r["notes"]:
+            console.print(f"  {note}")
+    for line in memory["errors"] + memory["notes"]:
+        console.print(f"  note: {line}")
+    if memory["suggestions"]:
+        console.print("what would fit (ranked):")
+        for item in memory["suggestions"]:
+            console.print(f"  {'[green]fits [/]' if item['fits'] else 'helps'}  {item['text']}")
