@@ -31,7 +31,16 @@ def assert_trained(result, run_dir, steps=STEPS) -> dict:
         assert isinstance(m["loss"], float) and isinstance(m["reward"], float), m
         assert "rewards/correctness/mean" in m
     assert (run_dir / rundir.CONFIG).is_file() and (run_dir / rundir.LOG).stat().st_size > 0
+    assert_planner_matches_model_states(summary)
     return summary
+
+
+def assert_planner_matches_model_states(summary: dict) -> None:
+    """Calibration: the planner's parameter/gradient/optimizer bytes per rank vs the real tensors."""
+    for part in ("weights", "gradients", "optimizer"):
+        measured, planned = summary[f"measured/train/{part}_gib"], summary[f"plan/train/{part}_gib"]
+        assert planned == pytest.approx(measured, rel=0.05), (part, planned, measured)
+    assert abs(summary["plan_error/train/model_states_pct"]) < 5
 
 
 def test_default_single_process_with_wandb_offline(cli):
@@ -56,7 +65,7 @@ def test_two_processes_real_ddp_over_gloo(cli):
     assert "[rank1]" in (run_dir / rundir.LOG).read_text()
 
 
-@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("stage", [1, 2, 3])
 def test_deepspeed_zero_on_two_processes(cli, stage):
     result, run_dir = cli("logger=none", f"deepspeed=zero{stage}", f"trainer.max_steps={STEPS}")
     summary = assert_trained(result, run_dir)

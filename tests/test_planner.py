@@ -1,0 +1,150 @@
+"""The memory planner: hand-computed components, DeepSpeed's estimator, monotonicity, every shipped
+model x cluster topology, verdicts and ranked fixes, and action=run refusing a predicted OOM."""
+
+import dataclasses
+import itertools
+
+import pytest
+
+from grpo_exp import placement, planner
+from tests.conftest import compose_cfg, group_options
+
+GIB = 2**30
+P7 = 7615616512  # Qwen2.5-7B
+
+
+def plan_inputs(*overrides, gpus=0):
+    cfg = compose_cfg(*overrides)
+    return planner.inputs(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=gpus))
+
+
+def test_model_states_by_zero_stage_hand_computed():
+    base = plan_inputs("model=qwen7b", "topology=1x8")
+    assert base.world_size == 8 and base.dtype_bytes == 2
+    # plain DDP, bf16 weights: 2P weights, 2P gradients, AdamW moments in bf16 (4P)
+    assert planner.model_states(base) == {"weights": 2 * P7, "gradients": 2 * P7, "optimizer": 4 * P7}
+    z2 = planner.model_states(dataclasses.replace(base, zero_stage=2))
+    # DeepSpeed's estimate_zero2_model_states_mem_needs: 2P + 18P/N (16-bit params + 2+4+4+8 bytes/N)
+    assert sum(z2.values()) == pytest.approx(2 * P7 + 18 * P7 / 8)
+    z3 = planner.model_states(dataclasses.replace(base, zero_stage=3))
+    assert z3 == {"weights": 2 * P7 / 8, "gradients": 6 * P7 / 8, "optimizer": 12 * P7 / 8}
+    z3_offload = planner.model_states(dataclasses.replace(base, zero_stage=3, offload_optimizer=True, offload_params=True))
+    assert z3_offload == {"weights": 0.0, "gradients": 2 * P7 / 8, "optimizer": 0.0}
+
+
+def test_lora_trainable_parameters_hand_computed():
+    cfg = compose_cfg("model=qwen7b", "peft=lora")
+    h, kv, f, L = 3584, 4 * 128, 18944, 28
+    per_layer = 16 * ((h + h) + 2 * (h + kv) + (h + h) + 2 * (h + f) + (f + h))
+    assert planner.lora_trainable(cfg) == per_layer * L
+    x = plan_inputs("model=qwen7b", "peft=lora", "topology=1x8")
+    states = planner.model_states(x)
+    assert states["weights"] == 2 * P7 + 4 * x.lora_params  # frozen bf16 base + fp32 adapters
+    assert states["optimizer"] == 8 * x.lora_params
+
+
+def test_activation_logit_and_kv_components_hand_computed():
+    x = plan_inputs("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=2",
+                    "trainer.max_completion_length=1024", "data.max_prompt_length=512")
+    c = planner.estimate_train(x).components
+    s, h, kv, f, V = 1536, 3584, 512, 18944, 152064
+    assert c["activations"] == 28 * 2 * s * (20 * h + 4 * kv + 8 * f)
+    assert c["logits"] == 3 * 2 * 1025 * V * 2
+    assert c["kv_cache"] == 2 * 28 * kv * 2 * s * 2  # vllm off: generate() holds K and V for 2 sequences
+    with_ckpt = planner.estimate_train(dataclasses.replace(x, checkpointing=True)).components
+    assert with_ckpt["activations"] == 28 * 2 * s * h * 2 + 2 * s * (20 * h + 4 * kv + 8 * f)
+
+
+def test_reference_model_only_with_beta_and_no_lora():
+    assert planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04")).components["reference_model"] == 2 * P7
+    assert planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04", "peft=lora")).components["reference_model"] == 0
+    assert planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8")).components["reference_model"] == 0
+
+
+def test_vllm_server_engine_kv_budget():
+    x = plan_inputs("model=qwen7b", "topology=2x8", "vllm=server")
+    engine = planner.estimate_vllm_engine(x)
+    c = engine.components
+    assert c["weights"] == 2 * P7
+    assert c["kv_cache"] == pytest.approx(0.9 * 80 * GIB - c["weights"] - c["profile_activations"] - c["non_torch"])
+    assert engine.peak == pytest.approx(0.9 * 80 * GIB + planner.VLLM_CUDA_GRAPHS) and engine.fits
+    assert planner.kv_bytes_per_token(x) == 2 * 28 * 4 * 128 * 2  # 56 KiB/token, as vLLM computes it
+
+
+def test_vllm_engine_that_cannot_hold_one_sequence_is_an_oom():
+    x = plan_inputs("model=qwen7b", "topology=2x8", "vllm=server", "vllm.gpu_memory_utilization=0.2", "topology.gpu_memory_gib=80")
+    e = planner.estimate(x)
+    assert not e.fits and "KV cache" in " ".join(e.vllm.notes)
+    fixes = planner.suggest(x)
+    assert fixes[0]["fits"] and fixes[0]["key"] in ("vllm.gpu_memory_utilization", "vllm.max_model_length", "vllm.tensor_parallel_size")
+
+
+@pytest.mark.parametrize("field,values", [
+    ("batch", [1, 2, 4, 8, 16]), ("completion", [64, 256, 1024, 4096]), ("prompt", [64, 512, 2048]),
+    ("steps_per_generation", [1, 2, 4]),
+])
+@pytest.mark.parametrize("variant", ["ddp", "zero3", "colocate", "lora_ckpt"])
+def test_more_batch_or_length_never_lowers_a_peak(field, values, variant):
+    overrides = {"ddp": [], "zero3": ["deepspeed=zero3"], "colocate": ["vllm=colocate"], "lora_ckpt": ["peft=lora", "trainer.gradient_checkpointing=true"]}[variant]
+    x = plan_inputs("model=qwen7b", "topology=1x8", *overrides)
+    previous = None
+    for value in values:
+        phases = planner.estimate_train(dataclasses.replace(x, **{field: value})).phases
+        if previous is not None:
+            assert all(phases[p] >= previous[p] for p in phases), (field, value)
+        previous = phases
+
+
+MODELS = [m for m in group_options("model") if m != "tiny"]
+TOPOLOGIES = ["1x1", "1x2", "1x4", "1x8", "2x8", "4x8"]
+
+
+@pytest.mark.parametrize("model,topology", list(itertools.product(MODELS, TOPOLOGIES)))
+def test_every_shipped_model_and_topology_plans(model, topology):
+    for vllm in ("off", "colocate") + (("server",) if topology not in ("1x1",) else ()):
+        cfg = compose_cfg(f"model={model}", f"topology={topology}", f"vllm={vllm}")
+        memory = planner.preflight(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=0))
+        assert memory["train"]["peak_gib"] > 0 and isinstance(memory["fits"], bool)
+        assert (memory["vllm"] is not None) == (vllm == "server")
+        if not memory["fits"]:
+            assert memory["suggestions"], (model, topology, vllm)
+
+
+def test_known_cases_verdicts():
+    fits = plan_inputs("model=qwen0.5b", "topology=1x8")
+    assert planner.estimate(fits).fits
+    # the seeds: Qwen2.5-7B full fine-tune on 24 GB cards does not fit without ZeRO/LoRA
+    seed = plan_inputs("model=qwen7b", "topology=1x4", "topology.gpu_memory_gib=24", "vllm=colocate", "vllm.gpu_memory_utilization=0.6")
+    assert not planner.estimate(seed).fits
+    big = plan_inputs("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=2048")
+    fixes = planner.suggest(big)
+    first = fixes[0]
+    assert first["fits"] and first["key"] == "trainer.per_device_train_batch_size"
+    assert planner.estimate(dataclasses.replace(big, batch=first["value"])).fits
+    assert not planner.estimate(dataclasses.replace(big, batch=first["value"] + 1)).fits
+    ckpt = next(s for s in fixes if s["key"] == "trainer.gradient_checkpointing")
+    assert ckpt["saves_gib"] > 100
+
+
+def test_action_plan_prints_the_breakdown_and_writes_memory_fields(cli):
+    import json
+
+    result, run_dir = cli("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=2048", "action=plan")
+    assert result.returncode == 0
+    assert "train: peak per GPU" in result.stdout and "OOM" in result.stdout and "what would fit" in result.stdout
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["fits"] is False and plan["errors"] == []
+    assert set(plan["train"]) >= {"peak_gib", "capacity_gib", "components_gib", "phases_gib"}
+    assert set(plan["train"]["phases_gib"]) == {"generate", "score", "train", "optimizer"}
+    assert plan["vllm"] is None and plan["suggestions"][0]["fits"]
+
+
+def test_run_refuses_a_predicted_oom_with_exit_3(cli):
+    # 12k completions per CPU process of the tiny model would need more RAM than this machine has
+    result, run_dir = cli("logger=none", "trainer.per_device_train_batch_size=16384", "trainer.num_generations=4")
+    assert result.returncode == 3, result.stderr[-2000:]
+    import json
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "predicted_oom" and summary["exit_code"] == 3
+    assert summary["suggestions"] and not (run_dir / "train.log").exists()
