@@ -14,7 +14,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: an unpinned resolve may pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet -c constraints.txt torch
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slurm]'
+	# compat: a plain path entry, so Hydra finds the frontier sweeper in hydra_plugins/
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slurm,optuna]' --config-settings editable_mode=compat
 	touch $@
 
 demo: setup

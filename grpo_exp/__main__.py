@@ -8,7 +8,9 @@
     python -m grpo_exp --help                            # groups and options
 
 Only this process calls Hydra. Training processes read <run dir>/config.yaml.
-Exit codes (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 3 predicted OOM
+A multirun (-m, or a +sweep= preset) exits 0 once every trial ran, whatever their statuses, and
+prints a table of them (python -m grpo_exp.compare <sweep dir> draws the heatmap and HTML).
+Exit codes of a single run (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 3 predicted OOM
 (refused before launch), 4 out of memory,
 5 hang prevented (nodes disagree, a node never joined, training stalled), 130 interrupted.
 """
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -36,17 +39,26 @@ from grpo_exp.vllm_server import ServerNotReady
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 log = logging.getLogger("grpo_exp")
 _exit_codes: list[int] = []  # one per job; hydra.main does not return the task's value
+_sweep_dirs: set[str] = set()
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def run(cfg: DictConfig) -> int:
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+def run(cfg: DictConfig) -> float:
+    """One job. Returns the sweep objective: tokens/s of a completed run, else 0 (Optuna maximises it)."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    sweeping = hydra_cfg.mode == RunMode.MULTIRUN
+    if sweeping:
+        _sweep_dirs.add(hydra_cfg.sweep.dir)
     gpus = launch.visible_gpus()
     plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
     problems = validate(cfg, plan, gpus=gpus)
     if problems:
-        _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
         errors.report("\n".join(map(str, problems)))
+        if sweeping:  # in a sweep an invalid combination is one of the results
+            rundir.write_summary(run_dir, status="invalid", error="\n".join(map(str, problems)))
+        else:
+            _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
         return _done(rundir.EXIT_INVALID)
 
     memory = planner.preflight(cfg, plan)
@@ -59,10 +71,10 @@ def run(cfg: DictConfig) -> int:
         return _done(rundir.EXIT_OK)
     if not memory["fits"]:
         planner.print_report(memory)
-        if cfg.preflight.on_oom == "refuse":
+        if cfg.preflight.on_oom == "refuse" and not cfg.sweep.run_predicted_oom:
             summary = rundir.write_summary(run_dir, status="predicted_oom", wall_s=0.0, error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)", suggestions=memory["suggestions"])
             log.error("refused: predicted OOM (exit %d); run with preflight.on_oom=warn to try anyway", summary["exit_code"])
-            return _done(summary["exit_code"])
+            return _done(summary["exit_code"], summary)
         log.warning("preflight predicts an OOM; running anyway (preflight.on_oom=warn)")
 
     node = plan.nodes[cfg.topology.node_rank]
@@ -81,12 +93,12 @@ def run(cfg: DictConfig) -> int:
         code = rundir.EXIT_FAILED
     summary = _finish(run_dir, code, time.time() - started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
-    return _done(summary["exit_code"])
+    return _done(summary["exit_code"], summary)
 
 
-def _done(code: int) -> int:
+def _done(code: int, summary: dict | None = None) -> float:
     _exit_codes.append(code)
-    return code
+    return float((summary or {}).get("throughput/tokens_per_s") or 0.0) if code == rundir.EXIT_OK else 0.0
 
 
 _RENDEZVOUS_TIMEOUT = re.compile(r"(Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.|DistNetworkError.*|RendezvousTimeoutError.*)")
@@ -141,11 +153,13 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException) as exc:
         errors.report(errors.explain(exc))
         sys.exit(rundir.EXIT_INVALID)
-    if not _exit_codes:  # --cfg, --help, --info: nothing ran
+    if _sweep_dirs:  # OOMs, predicted OOMs and failures of trials are results: the sweep completed
+        from grpo_exp import compare
+
+        for sweep_dir in sorted(_sweep_dirs):
+            compare.print_table(compare.load_local(Path(sweep_dir)), title=f"sweep {sweep_dir}")
         sys.exit(0)
-    if len(_exit_codes) == 1:
-        sys.exit(_exit_codes[0])
-    sys.exit(0 if all(c == 0 for c in _exit_codes) else max(_exit_codes))
+    sys.exit(_exit_codes[0] if _exit_codes else 0)  # --cfg, --help, --info: nothing ran
 
 
 if __name__ == "__main__":

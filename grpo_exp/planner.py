@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 GIB = 2**30
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
+CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl resident (measured here: ~0.5 GiB)
 FRAGMENTATION = 0.05  # allocator reserve on top of live tensors (expandable_segments keeps it low)
 VLLM_NON_TORCH = 1.3 * GIB  # NCCL, CUDA context of the engine (vLLM's own startup log, PR #11743)
 VLLM_CUDA_GRAPHS = 1.0 * GIB  # captured graphs, outside gpu_memory_utilization (0.4-3.3 GiB seen)
@@ -103,12 +104,16 @@ def lora_trainable(cfg: DictConfig) -> int:
 
 
 def capacity_bytes(cfg: DictConfig, plan) -> float:
-    """A GPU's memory; on CPU runs, this machine's RAM shared by its training processes."""
+    """A GPU's memory (on CPU runs, this machine's RAM shared by its training processes), or the
+    memory.limit_gib cap when that is smaller."""
     if plan.device == "cuda":
-        return cfg.topology.gpu_memory_gib * GIB
-    import psutil
+        capacity = cfg.topology.gpu_memory_gib * GIB
+    else:
+        import psutil
 
-    return psutil.virtual_memory().total / max(1, plan.nodes[0].train_procs)
+        capacity = psutil.virtual_memory().total / max(1, plan.nodes[0].train_procs)
+    limit = cfg.memory.limit_gib
+    return min(capacity, limit * GIB) if limit else capacity
 
 
 def inputs(cfg: DictConfig, plan) -> Inputs:
@@ -202,9 +207,9 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         vllm_awake = x.vllm_util * x.capacity + VLLM_CUDA_GRAPHS
         vllm_resident = VLLM_CUDA_GRAPHS if x.vllm_sleep else vllm_awake
     c["vllm_colocated"] = vllm_awake
-    c["cuda_context"] = CUDA_CONTEXT if x.device == "cuda" else 0.0
+    c["runtime"] = CUDA_CONTEXT if x.device == "cuda" else CPU_RUNTIME
 
-    persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["cuda_context"]
+    persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"]
     phases = {
         "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"],
         "score": persistent + vllm_resident + scoring_logits,

@@ -190,6 +190,13 @@ class PreflightConfig:
 
 
 @dataclass
+class SweepConfig:
+    # Trials the planner predicts to OOM are recorded as predicted_oom and skipped; true runs them
+    # anyway (the frontier sweep needs the real answer).
+    run_predicted_oom: bool = False
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -203,6 +210,7 @@ class Config:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    sweep: SweepConfig = field(default_factory=SweepConfig)
     action: str = "run"  # run: check, then train | plan: check, write plan.json, print, launch nothing
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None

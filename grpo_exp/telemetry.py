@@ -17,6 +17,7 @@ GiB = 2**30 bytes. NVML used memory is sampled at phase boundaries (NVML keeps n
 
 import os
 import re
+import time
 from collections import defaultdict
 from contextlib import contextmanager
 
@@ -138,11 +139,16 @@ class PhaseMemory:
         self.stack: list[str] = []
         self.window: dict[str, dict[str, float]] = defaultdict(dict)
         self.failed_phase: str | None = None
+        self.seconds: dict[str, float] = defaultdict(float)  # whole run, innermost phase, this rank
+        self._segment_start = time.perf_counter()
         probe.reset()
 
     def _close_segment(self) -> None:
+        now = time.perf_counter()
         if self.stack:
             _merge_max(self.window[self.stack[-1]], self.probe.read())
+            self.seconds[self.stack[-1]] += now - self._segment_start
+        self._segment_start = now
         if self.vllm_probe is not None:  # sampled at every phase boundary (NVML keeps no peak)
             _merge_max(self.window[VLLM], self.vllm_probe.read())
         self.probe.reset()
@@ -273,6 +279,20 @@ def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
 
     trainer.log = log
     return peaks
+
+
+def throughput(phases: PhaseMemory, final_logs: dict) -> dict[str, float]:
+    """tokens/s over the run (TRL's cumulative num_tokens / train_runtime) and where time went."""
+    out = {}
+    runtime, tokens = final_logs.get("train_runtime"), final_logs.get("num_tokens")
+    if runtime and tokens:
+        out["throughput/tokens_per_s"] = tokens / runtime
+    total = sum(phases.seconds.values())
+    for phase, seconds in phases.seconds.items():
+        out[f"time/{phase}_s"] = seconds
+        if total:
+            out[f"time/{phase}_share"] = seconds / total
+    return out
 
 
 # --- OOM as a result ------------------------------------------------------------------------

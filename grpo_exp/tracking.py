@@ -42,17 +42,39 @@ def run_tags(cfg: DictConfig) -> list[str]:
     return derived + list(cfg.logger.tags)
 
 
+def swept_values(overrides: list[str]) -> dict:
+    """`key=value` overrides (not hydra.* ones) as {key: value}, values parsed as YAML scalars."""
+    import yaml
+
+    out = {}
+    for item in overrides:
+        key, sep, value = item.lstrip("+~").partition("=")
+        if sep and not key.startswith("hydra."):
+            out[key] = yaml.safe_load(value)
+    return out
+
+
+def sweep_group(cfg: DictConfig, run_dir: Path) -> str:
+    """Runs of one sweep share a group: experiment/<sweep dir name>; a single run: the experiment."""
+    multirun = run_dir.parent / "multirun.yaml"
+    return f"{cfg.experiment}/{run_dir.parent.name}" if multirun.exists() else cfg.experiment
+
+
 class WandbTracker:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         import wandb
 
-        overrides = run_dir / ".hydra" / "overrides.yaml"
+        overrides_file = run_dir / ".hydra" / "overrides.yaml"
+        overrides = OmegaConf.to_container(OmegaConf.load(overrides_file)) if overrides_file.exists() else []
         config = OmegaConf.to_container(cfg, resolve=True)
-        config["overrides"] = OmegaConf.to_container(OmegaConf.load(overrides)) if overrides.exists() else []
+        config["overrides"] = overrides
+        # The command-line values as top-level keys ("trainer.num_generations": 8): W&B's parallel
+        # coordinates and scatter panels plot them directly across the runs of a sweep.
+        config.update(swept_values(overrides))
         self.run = wandb.init(
             project=cfg.logger.project,
             entity=cfg.logger.entity,
-            group=cfg.logger.group or cfg.experiment,
+            group=cfg.logger.group or sweep_group(cfg, run_dir),
             name=cfg.run_name or run_dir.name,
             dir=str(run_dir),
             mode=wandb_mode(cfg),

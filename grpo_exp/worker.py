@@ -143,7 +143,7 @@ def _planned(run_dir: Path, measured: dict) -> dict:
         if plan.get(role):
             out[f"plan/{role}/peak_gib"] = plan[role]["peak_gib"]
             out.update({f"plan/{role}/{k}_gib": v for k, v in plan[role]["components_gib"].items()})
-    if measured and "plan/train/weights_gib" in out:
+    if "measured/train/model_states_gib" in measured and "plan/train/weights_gib" in out:
         predicted = sum(out[f"plan/train/{k}_gib"] for k in ("weights", "gradients", "optimizer"))
         out["plan_error/train/model_states_pct"] = 100 * (predicted - measured["measured/train/model_states_gib"]) / measured["measured/train/model_states_gib"]
     return out
@@ -205,6 +205,8 @@ def main(config_path: str) -> int:
             if outcome["status"] != "completed":
                 outcome = rundir.root_cause(run_dir) or outcome
             measured = meter.metrics() if meter is not None else {}
+            if phases is not None:
+                measured.update(telemetry.throughput(phases, callback.last_logs))
             summary = rundir.write_summary(
                 run_dir, **outcome, **peaks, **measured, **_planned(run_dir, measured),
                 final_metrics=callback.last_logs, worker_wall_s=round(time.time() - started, 3),

@@ -3,9 +3,15 @@
 import os
 
 
-def memory_hog(completions, gib: float = 8.0, only_rank: int | None = None, **kwargs) -> list[float]:
+def memory_hog(completions, prompts=None, gib: float = 8.0, gib_per_unit: float | None = None,
+               only_rank: int | None = None, **kwargs) -> list[float]:
+    """Asks for `gib`, or `gib_per_unit` x batch x num_generations (a unit per completion, times
+    completions per prompt), so a grid over batch and num_generations OOMs exactly where wanted."""
     import torch
 
+    if gib_per_unit is not None:
+        generations = len(completions) // max(1, len({str(p) for p in prompts or []}))
+        gib = gib_per_unit * len(completions) * generations
     if only_rank is None or int(os.environ.get("RANK", "0")) == only_rank:
         torch.empty(int(gib * 2**30), dtype=torch.uint8)  # address space only: fails under RLIMIT_DATA
     return [0.0] * len(completions)

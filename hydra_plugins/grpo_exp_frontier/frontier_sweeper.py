@@ -1,0 +1,104 @@
+"""`hydra/sweeper=frontier`: for each value of one axis (num_generations), the largest value of
+another (per_device_train_batch_size) that runs without OOM, found by bisection.
+
+The memory planner seeds each bisection: the first trial is the largest batch it predicts to fit,
+so a good prediction settles an axis value in about two launches instead of the whole column of
+the grid. A trial "fits" when its summary.json says completed; oom, predicted_oom and failed
+trials do not. Results go to <sweep dir>/frontier.json. Used through sweeps/frontier.yaml:
+
+    python -m grpo_exp +sweep=frontier model=qwen7b topology=1x8
+"""
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FrontierSweeperConf:
+    _target_: str = "hydra_plugins.grpo_exp_frontier.frontier_sweeper.FrontierSweeper"
+    batch_key: str = "trainer.per_device_train_batch_size"
+    batch_values: List[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32])
+    axis_key: str = "trainer.num_generations"
+    axis_values: List[Any] = field(default_factory=lambda: [4, 8])
+    use_planner: bool = True  # seed each bisection with the planner's largest predicted fit
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="frontier", node=FrontierSweeperConf, provider="grpo_exp")
+
+
+class FrontierSweeper(Sweeper):
+    def __init__(self, batch_key: str, batch_values: List[int], axis_key: str, axis_values: List[Any], use_planner: bool = True):
+        self.batch_key, self.batch_values = batch_key, sorted(batch_values)
+        self.axis_key, self.axis_values = axis_key, list(axis_values)
+        self.use_planner = use_planner
+        self.config: Optional[DictConfig] = None
+        self.job_idx = 0
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def _overrides(self, arguments: List[str], axis, batch) -> List[str]:
+        return [*arguments, f"{self.axis_key}={axis}", f"{self.batch_key}={batch}"]
+
+    def _planned_index(self, arguments: List[str], axis) -> int:
+        """Index of the largest batch value the planner predicts to fit (0 if none or no planner)."""
+        if not self.use_planner:
+            return len(self.batch_values) // 2
+        from grpo_exp import launch, placement, planner
+
+        best = 0
+        for i, batch in enumerate(self.batch_values):
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, self._overrides(arguments, axis, batch))
+            plan = placement.make_plan(cfg, "config.yaml", detected_gpus=launch.visible_gpus())
+            if planner.estimate(planner.inputs(cfg, plan)).fits:
+                best = i
+        return best
+
+    def _run(self, arguments: List[str], axis, batch) -> dict:
+        [result] = self.launcher.launch([self._overrides(arguments, axis, batch)], initial_job_idx=self.job_idx)
+        self.job_idx += 1
+        return _trial(result, axis, batch)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        trials, frontier = [], {}
+        for axis in self.axis_values:
+            lo, hi, best = 0, len(self.batch_values) - 1, None
+            probe = self._planned_index(arguments, axis)
+            while lo <= hi:
+                probe = min(max(probe, lo), hi)
+                trial = self._run(arguments, axis, self.batch_values[probe])
+                trials.append(trial)
+                if trial["fits"]:
+                    best, lo = probe, probe + 1
+                else:
+                    hi = probe - 1
+                probe = (lo + hi + 1) // 2
+            frontier[str(axis)] = self.batch_values[best] if best is not None else None
+            log.info("frontier: %s=%s -> largest %s that fits: %s", self.axis_key, axis, self.batch_key, frontier[str(axis)])
+        report = {"axis_key": self.axis_key, "batch_key": self.batch_key, "frontier": frontier,
+                  "launches": len(trials), "grid_size": len(self.axis_values) * len(self.batch_values), "trials": trials}
+        (sweep_dir / "frontier.json").write_text(json.dumps(report, indent=2) + "\n")
+        return report
+
+
+def _trial(result: JobReturn, axis, batch) -> dict:
+    run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
+    summary_path = run_dir / "summary.json"
+    status = json.loads(summary_path.read_text()).get("status") if summary_path.exists() else "failed"
+    return {"axis": axis, "batch": batch, "status": status, "fits": status == "completed", "run_dir": str(run_dir)}
