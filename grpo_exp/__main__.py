@@ -63,7 +63,11 @@ def run(cfg: DictConfig) -> float:
 
     memory = planner.preflight(cfg, plan)
     rundir.freeze_config(cfg, run_dir)
-    rundir.write_json(run_dir / rundir.PLAN, {**plan.to_dict(), **memory})
+    placed = plan.to_dict()
+    # plan.json "vllm": the placement (mode, server_node, gpus, tensor_parallel_size) and, when an
+    # engine runs on its own GPUs, its memory estimate (peak_gib, components_gib, ...) in one object.
+    vllm = {**placed["vllm"], **(memory["vllm"] or {})}
+    rundir.write_json(run_dir / rundir.PLAN, {**placed, **memory, "vllm": vllm})
     print(placement.describe(plan))
     if cfg.action == "plan":
         planner.print_report(memory)

@@ -140,7 +140,7 @@ def _planned(run_dir: Path, measured: dict) -> dict:
     plan = json.loads(path.read_text())
     out = {}
     for role in ("train", "vllm"):
-        if plan.get(role):
+        if (plan.get(role) or {}).get("peak_gib") is not None:
             out[f"plan/{role}/peak_gib"] = plan[role]["peak_gib"]
             out.update({f"plan/{role}/{k}_gib": v for k, v in plan[role]["components_gib"].items()})
     if "measured/train/model_states_gib" in measured and "plan/train/weights_gib" in out:

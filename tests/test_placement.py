@@ -98,7 +98,8 @@ def test_action_plan_writes_plan_json_for_a_cluster_on_this_machine(cli):
     assert plan["world_size"] == 15
     assert [n["train_procs"] for n in plan["nodes"]] == [7, 8]
     assert set(plan["nodes"][0]) >= {"node_rank", "train_procs", "train_gpus", "vllm_gpus", "env", "commands"}
-    assert plan["vllm"] == {"mode": "server", "server_node": 0, "gpus": 1, "tensor_parallel_size": 1}
+    assert {k: plan["vllm"][k] for k in ("mode", "server_node", "gpus", "tensor_parallel_size")} == {"mode": "server", "server_node": 0, "gpus": 1, "tensor_parallel_size": 1}
+    assert plan["vllm"]["peak_gib"] > 0 and "kv_cache" in plan["vllm"]["components_gib"]  # the engine's memory plan
     assert "node 0: 7 training process(es) on GPUs 1,2,3,4,5,6,7, vLLM server on GPUs 0" in result.stdout
     assert not (run_dir / "train.log").exists() and not (run_dir / "summary.json").exists()  # nothing launched
 
