@@ -8,11 +8,11 @@
     python -m grpo_exp --help                            # groups and options
 
 Only this process calls Hydra. Training processes read <run dir>/config.yaml.
-A multirun (-m, or a +sweep= preset) exits 0 once every trial ran, whatever their statuses, and
-prints a table of them (python -m grpo_exp.compare <sweep dir> draws the heatmap and HTML).
-Exit codes of a single run (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid config, 3 predicted OOM
-(refused before launch), 4 out of memory,
-5 hang prevented (nodes disagree, a node never joined, training stalled), 130 interrupted.
+
+Exit codes of a single run (also summary.json["exit_code"]): 0 completed, 1 failed, 2 invalid
+config, 3 predicted OOM (refused before launch), 4 out of memory, 5 hang prevented (nodes
+disagree, a node never joined, training stalled), 130 interrupted. A multirun (-m, or a +sweep=
+preset) exits 0 once every trial ran, whatever their statuses, and prints a table of them.
 """
 
 import logging
@@ -25,14 +25,14 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from hydra.errors import HydraException
-from omegaconf import DictConfig, OmegaConf
+from hydra.types import RunMode
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import errors, launch, placement, planner, rundir
-from grpo_exp.schema import register_configs
 from grpo_exp.consistency import STACKS
+from grpo_exp.schema import register_configs
 from grpo_exp.validate import validate
 from grpo_exp.vllm_server import ServerNotReady
 

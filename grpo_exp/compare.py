@@ -11,7 +11,6 @@ Local run dirs need no W&B: everything comes from summary.json and .hydra/overri
 import argparse
 import base64
 import html
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path

@@ -8,8 +8,12 @@ and long prompts are the first thing to cut when GRPO runs out of memory.
 
 import logging
 import random
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 # `datasets` is imported inside the functions: the driver imports this module for LOADERS only.
 

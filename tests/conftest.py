@@ -45,3 +45,32 @@ def cli(model_cache, tmp_path):
         return result, run_dir
 
     return run
+
+
+@pytest.fixture
+def training_run(model_cache, tmp_path):
+    """A 2-rank run that trains until stopped: yields (driver Popen, run dir, its processes) once
+    the first step is logged; kills whatever is left at the end."""
+    import time
+
+    import psutil
+
+    from grpo_exp import rundir
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "grpo_exp", "logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 180
+    while not rundir.read_metrics(run_dir) and time.time() < deadline:
+        time.sleep(0.5)
+    assert rundir.read_metrics(run_dir), "training never logged a step"
+    processes = psutil.Process(driver.pid).children(recursive=True)
+    yield driver, run_dir, processes
+    for proc in [driver, *processes]:
+        try:
+            proc.kill()
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass

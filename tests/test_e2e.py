@@ -6,9 +6,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 
 import psutil
 import pytest
@@ -126,22 +123,24 @@ def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_to_driver_ends_every_process_of_the_run(model_cache, tmp_path, sig):
-    run_dir = tmp_path / "run"
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache)}
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "grpo_exp", "logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.time() + 180
-    while not rundir.read_metrics(run_dir) and time.time() < deadline:  # training has started
-        time.sleep(0.5)
-    assert rundir.read_metrics(run_dir), "training never logged a step"
-    workers = psutil.Process(driver.pid).children(recursive=True)
-    ranks = [p for p in workers if "grpo_exp.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+def test_signal_to_driver_ends_every_process_of_the_run(training_run, sig):
+    driver, run_dir, processes = training_run
+    ranks = [p for p in processes if "grpo_exp.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
     assert len(ranks) == 2  # plus torchrun's agent
     driver.send_signal(sig)
     assert driver.wait(timeout=60) == rundir.EXIT_INTERRUPTED
-    gone, alive = psutil.wait_procs(workers, timeout=30)
+    gone, alive = psutil.wait_procs(processes, timeout=30)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
     assert json.loads((run_dir / rundir.SUMMARY).read_text())["status"] == "interrupted"
+
+
+def test_killing_one_rank_ends_the_whole_run(training_run):
+    driver, run_dir, processes = training_run
+    rank1 = [p for p in processes if "grpo_exp.worker" in p.cmdline() and p.environ().get("RANK") == "1"]
+    assert len(rank1) == 1
+    rank1[0].send_signal(signal.SIGKILL)
+    assert driver.wait(timeout=60) == rundir.EXIT_FAILED
+    gone, alive = psutil.wait_procs(processes, timeout=30)
+    assert not alive, f"left running: {[p.cmdline() for p in alive]}"
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "failed" and "SIGKILL" in summary["error"]
