@@ -38,16 +38,19 @@ class MemoryProbe:
         self._torch = torch
         self.cuda = torch.cuda.is_available()
         self._nvml = _nvml_handle() if self.cuda else None
-        self.host_peak_resettable = _reset_host_peak()
+        self.host = HostPeak()
+
+    @property
+    def host_peak_resettable(self) -> bool:
+        return self.host.available
 
     def reset(self) -> None:
         if self.cuda:
             self._torch.cuda.reset_peak_memory_stats()
-        if self.host_peak_resettable:
-            _reset_host_peak()
+        self.host.reset()
 
     def read(self) -> dict[str, float]:
-        stats = {"host_rss_max": _host_rss_peak() if self.host_peak_resettable else _host_rss()}
+        stats = {"host_rss_max": self.host.read()}
         if self.cuda:
             s = self._torch.cuda.memory_stats()
             stats.update(
@@ -106,22 +109,29 @@ class VllmServerProbe:
         return {"device_used_max": max(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in self.handles)}
 
 
-def _reset_host_peak() -> bool:
-    """Reset VmHWM to the current RSS (Linux >= 4.0). False where the kernel or sandbox refuses."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
+class HostPeak:
+    """This process's peak RSS (VmHWM), resettable through /proc/self/clear_refs (Linux >= 4.0).
+    Both files stay open, so a phase boundary costs one write and one pread."""
 
+    def __init__(self):
+        try:
+            self._clear = os.open("/proc/self/clear_refs", os.O_WRONLY)
+            os.write(self._clear, b"5")
+            self._status = os.open("/proc/self/status", os.O_RDONLY)
+            self.available = True
+        except OSError:  # not Linux, or a sandbox that refuses: fall back to sampling RSS
+            self.available = False
 
-def _host_rss_peak() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    return _host_rss()
+    def reset(self) -> None:
+        if self.available:
+            os.write(self._clear, b"5")
+
+    def read(self) -> int:
+        if not self.available:
+            return _host_rss()
+        status = os.pread(self._status, 16384, 0)
+        start = status.find(b"VmHWM:")
+        return int(status[start + 6 : status.index(b"kB", start)]) * 1024
 
 
 def _host_rss() -> int:
@@ -140,6 +150,7 @@ class PhaseMemory:
         self.window: dict[str, dict[str, float]] = defaultdict(dict)
         self.failed_phase: str | None = None
         self.seconds: dict[str, float] = defaultdict(float)  # whole run, innermost phase, this rank
+        self.overhead_s = 0.0  # time spent measuring (probes + the per-log gather), this rank
         self._segment_start = time.perf_counter()
         probe.reset()
 
@@ -148,10 +159,11 @@ class PhaseMemory:
         if self.stack:
             _merge_max(self.window[self.stack[-1]], self.probe.read())
             self.seconds[self.stack[-1]] += now - self._segment_start
-        self._segment_start = now
         if self.vllm_probe is not None:  # sampled at every phase boundary (NVML keeps no peak)
             _merge_max(self.window[VLLM], self.vllm_probe.read())
         self.probe.reset()
+        self._segment_start = time.perf_counter()
+        self.overhead_s += self._segment_start - now
 
     def enter(self, name: str) -> None:
         self._close_segment()
@@ -164,6 +176,9 @@ class PhaseMemory:
 
     @contextmanager
     def phase(self, name: str):
+        if self.stack and self.stack[-1] == name:  # e.g. the training forward inside train: no new segment
+            yield
+            return
         self.enter(name)
         try:
             yield
@@ -217,14 +232,28 @@ def run_peaks(metrics: dict[str, float], peaks: dict[str, float]) -> dict[str, f
     return peaks
 
 
+_SLOTS = [(phase, stat) for phase in (*PHASES, VLLM) for stat in (*BYTE_STATS, *COUNT_STATS)]
+
+
 def gather(window: dict) -> list[dict]:
-    """Every rank's window, on every rank (a collective: all ranks must call it)."""
+    """Every rank's window, on every rank (a collective: all ranks must call it). One fixed-layout
+    float64 tensor per rank (NaN = not measured): a single all_gather, no pickling."""
+    import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return [window]
-    windows: list = [None] * dist.get_world_size()
-    dist.all_gather_object(windows, window)
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+    mine = torch.tensor([window.get(p, {}).get(s, float("nan")) for p, s in _SLOTS], dtype=torch.float64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(everyone, mine)
+    windows = []
+    for values in everyone:
+        rank_window: dict = defaultdict(dict)
+        for (phase, stat), value in zip(_SLOTS, values.tolist()):
+            if value == value:  # not NaN
+                rank_window[phase][stat] = value
+        windows.append(dict(rank_window))
     return windows
 
 
@@ -272,9 +301,11 @@ def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
     def log(logs: dict, *args, **kwargs):
         # Called on every rank at each logging step (Trainer gathers the loss just before), so the
         # gather below is safe; callbacks (metrics.jsonl, W&B) then see memory/* with the rest.
+        started = time.perf_counter()
         memory = aggregate(gather(phases.take_window()))
         logs.update(memory)
         run_peaks(memory, peaks)
+        phases.overhead_s += time.perf_counter() - started
         return original_log(logs, *args, **kwargs)
 
     trainer.log = log
@@ -283,8 +314,10 @@ def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
 
 def throughput(phases: PhaseMemory, final_logs: dict) -> dict[str, float]:
     """tokens/s over the run (TRL's cumulative num_tokens / train_runtime) and where time went."""
-    out = {}
+    out = {"telemetry/overhead_s": phases.overhead_s}
     runtime, tokens = final_logs.get("train_runtime"), final_logs.get("num_tokens")
+    if runtime:
+        out["telemetry/overhead_share"] = phases.overhead_s / runtime  # rank 0's own measuring time
     if runtime and tokens:
         out["throughput/tokens_per_s"] = tokens / runtime
     total = sum(phases.seconds.values())
@@ -341,15 +374,23 @@ class ModelStateMeter:
     DeepSpeed runs on its fp32 partitions, while their gradients still exist). Storages are
     counted once, so views into DeepSpeed's flat buffers are not double counted."""
 
+    STEPS = 3  # the states reach their size at the first step; a few steps are enough
+
     def __init__(self, model):
         self.model = model
         self.peak: dict[str, int] = {}
         self._handle = None
+        self._measured = 0
 
     def install(self) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        self._handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: self._measure(optimizer))
+        def hook(optimizer, args, kwargs):
+            if self._measured < self.STEPS:
+                self._measured += 1
+                self._measure(optimizer)
+
+        self._handle = register_optimizer_step_post_hook(hook)
 
     def remove(self) -> None:
         if self._handle is not None:
