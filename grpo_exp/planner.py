@@ -198,6 +198,8 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         c["kv_cache"] = 0.0
     if x.zero_stage == 3 and x.vllm_mode == "off" and x.ds3_gather_for_generation:
         c["zero3_gather"] = x.params * wb  # the whole model gathered for generate()
+    elif x.zero_stage == 3 and x.vllm_mode != "off" and x.lora_params:
+        c["zero3_gather"] = x.params * wb  # weight sync gathers the whole model to merge the adapters
     elif x.zero_stage == 3:
         c["zero3_gather"] = 4 * x.vocab * x.hidden  # largest layer gathered (DeepSpeed's estimator)
     else:

@@ -61,6 +61,13 @@ def test_reference_model_only_with_beta_and_no_lora():
     assert planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8")).components["reference_model"] == 0
 
 
+def test_zero3_gathers_the_whole_model_for_generate_or_lora_weight_sync():
+    gather = lambda *o: planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "deepspeed=zero3", *o)).components["zero3_gather"]  # noqa: E731
+    assert gather() == 2 * P7  # generate() with ds3_gather_for_generation
+    assert gather("vllm=colocate", "peft=lora") == 2 * P7  # sync_weights merges adapters into a gathered model
+    assert gather("vllm=colocate") == 4 * 152064 * 3584  # one parameter at a time: the largest layer
+
+
 def test_vllm_server_engine_kv_budget():
     x = plan_inputs("model=qwen7b", "topology=2x8", "vllm=server")
     engine = planner.estimate_vllm_engine(x)
