@@ -111,7 +111,12 @@ _RENDEZVOUS_TIMEOUT = re.compile(r"(Timed out after \d+ seconds waiting for clie
 def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
     """Final summary.json of this node: rank 0's summary if this node has it, else the ranks' own
     records, else what the exit code and the log say."""
-    if rundir.read_summary(run_dir).get("status") not in (None, "running"):
+    log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
+    killed = " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out." if "Signal 9 (SIGKILL)" in log_text else ""
+    summary = rundir.read_summary(run_dir)
+    if summary.get("status") not in (None, "running"):
+        if killed and summary["status"] == "failed":  # rank 0 saw only the broken connection
+            return rundir.write_summary(run_dir, wall_s=wall_s, error=f"{summary.get('error')}.{killed}")
         return rundir.write_summary(run_dir, wall_s=wall_s)
     cause = rundir.root_cause(run_dir)
     if cause is not None:
@@ -126,7 +131,6 @@ def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
             run_dir, status="stalled", wall_s=wall_s,
             error=f"no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: {', '.join(str(run_dir / STACKS / s) for s in stacks)}",
         )
-    log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
     timeout = _RENDEZVOUS_TIMEOUT.search(log_text)
     if timeout:
         return rundir.write_summary(
@@ -134,7 +138,6 @@ def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
             error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
             "command on every node with its topology.node_rank, and check topology.master_addr/master_port are reachable",
         )
-    killed = " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out." if "Signal 9 (SIGKILL)" in log_text else ""
     return rundir.write_summary(
         run_dir, status="failed", wall_s=wall_s,
         error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}",

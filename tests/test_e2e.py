@@ -143,4 +143,6 @@ def test_killing_one_rank_ends_the_whole_run(training_run):
     gone, alive = psutil.wait_procs(processes, timeout=30)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
     summary = rundir.read_summary(run_dir)
-    assert summary["status"] == "failed" and "SIGKILL" in summary["error"]
+    assert summary["status"] == "failed"
+    # either torchrun's report of the killed rank, or rank 0's view of it: the peer went away
+    assert any(word in summary["error"] for word in ("SIGKILL", "remote worker", "Connection closed")), summary["error"]
