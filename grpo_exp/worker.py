@@ -195,11 +195,13 @@ def main(config_path: str) -> int:
         }
         log.info("run facts: %s", outcome["runtime"])
     except BaseException as exc:  # KeyboardInterrupt included: every end is recorded
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the record short
         outcome = _failure(exc, rank, phases)
         if outcome["status"] != "interrupted":
             log.exception("training failed (%s)", outcome["status"])
         rundir.write_rank_outcome(run_dir, rank, outcome)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
         watchdog.close()
         if rank == 0:  # the W&B run is finished with its summary however training ended
             if outcome["status"] != "completed":
