@@ -87,20 +87,26 @@ class RoleEstimate:
         }
 
 
-def lora_trainable(cfg: DictConfig) -> int:
+LORA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_params(hidden: int, q_dim: int, kv_dim: int, intermediate: int, layers: int, vocab: int, r: int, targets) -> int:
     """Adapter parameters: r x (in + out) for every targeted linear layer."""
+    shapes = {
+        "q_proj": (hidden, q_dim), "k_proj": (hidden, kv_dim), "v_proj": (hidden, kv_dim), "o_proj": (q_dim, hidden),
+        "gate_proj": (hidden, intermediate), "up_proj": (hidden, intermediate), "down_proj": (intermediate, hidden),
+    }
+    per_layer = sum(r * sum(shapes[t]) for t in targets if t in shapes)
+    head = r * (hidden + vocab) if "lm_head" in targets else 0
+    return per_layer * layers + head
+
+
+def lora_trainable(cfg: DictConfig) -> int:
     if not cfg.peft.enabled:
         return 0
     m = cfg.model
-    q, kv = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
-    shapes = {
-        "q_proj": (m.hidden_size, q), "k_proj": (m.hidden_size, kv), "v_proj": (m.hidden_size, kv),
-        "o_proj": (q, m.hidden_size), "gate_proj": (m.hidden_size, m.intermediate_size),
-        "up_proj": (m.hidden_size, m.intermediate_size), "down_proj": (m.intermediate_size, m.hidden_size),
-    }
-    per_layer = sum(cfg.peft.r * sum(shapes[t]) for t in cfg.peft.target_modules if t in shapes)
-    head = cfg.peft.r * (m.hidden_size + m.vocab_size) if "lm_head" in cfg.peft.target_modules else 0
-    return per_layer * m.num_hidden_layers + head
+    return lora_params(m.hidden_size, m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim,
+                       m.intermediate_size, m.num_hidden_layers, m.vocab_size, cfg.peft.r, cfg.peft.target_modules)
 
 
 def capacity_bytes(cfg: DictConfig, plan) -> float:
@@ -323,7 +329,7 @@ def suggest(x: Inputs) -> list[dict]:
     if x.zero_stage >= 2 and not x.offload_optimizer:
         add("deepspeed", f"zero{x.zero_stage}_offload", replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3), f"deepspeed=zero{x.zero_stage}_offload")
     if not x.lora_params:
-        lora = 16 * x.layers * (4 * x.hidden + 2 * x.kv_dim + 3 * (x.hidden + x.intermediate)) // 1
+        lora = lora_params(x.hidden, x.heads * x.head_dim, x.kv_dim, x.intermediate, x.layers, x.vocab, 16, LORA_LINEAR)
         add("peft", "lora", replace(x, lora_params=lora, ref_model=False), "peft=lora (r=16 on all linear layers)")
     if x.vllm_mode == "colocate":
         utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]

@@ -19,11 +19,8 @@ LAUNCHERS = ("local", "slurm")
 VLLM_MODES = ("off", "colocate", "server")
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 # Linear layers LoRA can target, per transformers model_type (names from the modeling files).
-LINEAR_MODULES = {
-    "qwen2": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"],
-    "qwen3": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"],
-    "llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"],
-}
+_LLAMA_LIKE = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+LINEAR_MODULES = {"qwen2": _LLAMA_LIKE, "qwen3": _LLAMA_LIKE, "llama": _LLAMA_LIKE}
 
 
 @dataclass(frozen=True)
