@@ -11,11 +11,10 @@ Local run dirs need no W&B: everything comes from summary.json and .hydra/overri
 import argparse
 import base64
 import html
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from grpo_exp import rundir
 
 FAILED_STATUSES = {"oom": "OOM", "predicted_oom": "pred. OOM", "failed": "failed", "invalid": "invalid",
                    "mismatch": "mismatch", "stalled": "stalled", "interrupted": "interrupted"}
@@ -46,20 +45,14 @@ class Run:
         return 100 * (planned - measured) / measured if planned is not None and measured else None
 
 
-def _overrides(run_dir: Path) -> dict[str, str]:
-    path = run_dir / ".hydra" / "overrides.yaml"
-    items = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else []
-    pairs = (item.lstrip("+~").split("=", 1) for item in items if "=" in item)
-    return {k: v for k, v in pairs if not k.startswith("hydra.")}
-
-
 def load_local(path: Path) -> list[Run]:
     """One run dir, or every run dir (with a summary.json) directly below a multirun dir."""
-    dirs = [path] if (path / "summary.json").exists() else sorted(
-        (d for d in path.iterdir() if (d / "summary.json").exists()),
+    has_summary = lambda d: (d / rundir.SUMMARY).exists()  # noqa: E731
+    dirs = [path] if has_summary(path) else sorted(
+        (d for d in path.iterdir() if has_summary(d)),
         key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name),
     )
-    return [Run(d.name if d != path else path.name, _overrides(d), json.loads((d / "summary.json").read_text())) for d in dirs]
+    return [Run(d.name, rundir.parse_overrides(rundir.read_overrides(d)), rundir.read_summary(d)) for d in dirs]
 
 
 def load_wandb(project: str, group: str | None = None) -> list[Run]:
@@ -69,8 +62,7 @@ def load_wandb(project: str, group: str | None = None) -> list[Run]:
     runs = wandb.Api().runs(project, filters={"group": group} if group else None)
     out = []
     for r in runs:
-        overrides = dict(item.lstrip("+~").split("=", 1) for item in r.config.get("overrides", []) if "=" in item)
-        out.append(Run(r.name, {k: v for k, v in overrides.items() if not k.startswith("hydra.")}, dict(r.summary)))
+        out.append(Run(r.name, rundir.parse_overrides(r.config.get("overrides", [])), dict(r.summary)))
     return out
 
 

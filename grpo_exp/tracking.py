@@ -10,6 +10,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp import rundir
+
 
 class NullTracker:
     def finish(self, summary: dict, exit_code: int) -> None:
@@ -46,12 +48,7 @@ def swept_values(overrides: list[str]) -> dict:
     """`key=value` overrides (not hydra.* ones) as {key: value}, values parsed as YAML scalars."""
     import yaml
 
-    out = {}
-    for item in overrides:
-        key, sep, value = item.lstrip("+~").partition("=")
-        if sep and not key.startswith("hydra."):
-            out[key] = yaml.safe_load(value)
-    return out
+    return {key: yaml.safe_load(value) for key, value in rundir.parse_overrides(overrides).items()}
 
 
 def sweep_group(cfg: DictConfig, run_dir: Path) -> str:
@@ -64,8 +61,7 @@ class WandbTracker:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         import wandb
 
-        overrides_file = run_dir / ".hydra" / "overrides.yaml"
-        overrides = OmegaConf.to_container(OmegaConf.load(overrides_file)) if overrides_file.exists() else []
+        overrides = rundir.read_overrides(run_dir)
         config = OmegaConf.to_container(cfg, resolve=True)
         config["overrides"] = overrides
         # The command-line values as top-level keys ("trainer.num_generations": 8): W&B's parallel

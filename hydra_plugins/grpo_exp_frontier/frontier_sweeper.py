@@ -98,7 +98,8 @@ class FrontierSweeper(Sweeper):
 
 
 def _trial(result: JobReturn, axis, batch) -> dict:
+    from grpo_exp import rundir
+
     run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
-    summary_path = run_dir / "summary.json"
-    status = json.loads(summary_path.read_text()).get("status") if summary_path.exists() else "failed"
+    status = rundir.read_summary(run_dir).get("status", "failed")
     return {"axis": axis, "batch": batch, "status": status, "fits": status == "completed", "run_dir": str(run_dir)}
