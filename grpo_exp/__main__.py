@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors, launch, placement, planner, rundir
+from grpo_exp import errors, launch, model_info, placement, planner, rundir
 from grpo_exp.consistency import STACKS
 from grpo_exp.schema import register_configs
 from grpo_exp.validate import validate
@@ -52,7 +52,8 @@ def run(cfg: DictConfig) -> float:
         _sweep_dirs.add(hydra_cfg.sweep.dir)
     gpus = launch.visible_gpus()
     plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
-    problems = validate(cfg, plan, gpus=gpus)
+    # model=auto: the architecture numbers come from config.json before anything reads them
+    problems = model_info.complete(cfg.model) or validate(cfg, plan, gpus=gpus)
     if problems:
         errors.report("\n".join(map(str, problems)))
         if sweeping:  # in a sweep an invalid combination is one of the results
@@ -150,11 +151,19 @@ def _remove_if_empty(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def deepspeed_override(arg: str) -> str:
+    """`deepspeed.<key>=v` -> `++deepspeed.<key>=v`: the deepspeed group is DeepSpeed's own open
+    format, so any of its keys may be set without Hydra's `+` (validate checks them with
+    DeepSpeed's config models instead)."""
+    return f"++{arg}" if arg.startswith("deepspeed.") and "=" in arg else arg
+
+
 def main() -> None:
     # Let Hydra's own config errors (unknown option/key, bad type) reach us as exceptions, so they
     # are reported like ours: the key, the valid options, exit 2, no traceback.
     os.environ["HYDRA_FULL_ERROR"] = "1"
     register_configs()
+    sys.argv[1:] = [deepspeed_override(arg) for arg in sys.argv[1:]]
     try:
         run()
     except (HydraException, OmegaConfBaseException) as exc:

@@ -5,16 +5,20 @@ GRPOConfig's `vllm_*` fields without the prefix, `peft.*` are LoraConfig fields,
 DeepSpeed's JSON. What is not a plain copy is derived here, with the reason next to it.
 """
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.schema import VllmConfig
+from grpo_exp.trl_schema import VllmFields
+
 log = logging.getLogger(__name__)
 
-# vllm/ keys that are grpo_exp's own rather than GRPOConfig's vllm_* fields.
-VLLM_OWN_KEYS = {"gpus"}
+# vllm/ keys that are grpo_exp's own (mode, gpus, ...) rather than GRPOConfig's vllm_* fields.
+VLLM_OWN_KEYS = {f.name for f in dataclasses.fields(VllmConfig)} - {f.name for f in dataclasses.fields(VllmFields)}
 
 
 def model_path(cfg: DictConfig) -> str:
@@ -39,7 +43,7 @@ def vllm_fields(cfg: DictConfig) -> dict:
     fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
     if fields["vllm_server_host"] is None:  # the plan puts the server on node 0, torchrun's MASTER_ADDR
         fields["vllm_server_host"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
-    return {"use_vllm": True, **fields}
+    return {"use_vllm": True, "vllm_mode": cfg.vllm.mode, **fields}
 
 
 def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
@@ -47,10 +51,13 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
     independent single-process copies instead of one DDP run."""
     from trl import GRPOConfig
 
+    trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
+    # model.dtype owns the dtype (the planner sizes weights by it); other load options pass through
+    model_init_kwargs = {**(trainer.pop("model_init_kwargs") or {}), "dtype": cfg.model.dtype}
     return GRPOConfig(
-        **OmegaConf.to_container(cfg.trainer, resolve=True),
+        **trainer,
         **vllm_fields(cfg),
-        model_init_kwargs={"dtype": cfg.model.dtype},
+        model_init_kwargs=model_init_kwargs,
         deepspeed=deepspeed_dict(cfg),
         output_dir=str(run_dir / "checkpoints"),
         run_name=cfg.run_name,

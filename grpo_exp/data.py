@@ -1,25 +1,39 @@
-"""Datasets as TRL's GRPOTrainer wants them: a `prompt` column of chat messages and an `answer`
-column that the reward functions receive as a keyword argument.
+"""Datasets as TRL's GRPOTrainer wants them: a `prompt` column (chat messages, or raw text) and
+every other column kept, because TRL hands each one to the reward functions as a keyword argument
+(grpo_exp's own rewards take `answer`).
 
-`data.loader` picks the function below; `data.max_prompt_length` then drops prompts longer than
-that many tokens (chat template applied) and logs how many went: TRL has no prompt length limit,
-and long prompts are the first thing to cut when GRPO runs out of memory.
+`data.loader` picks the function below: `toy_math` (generated), `gsm8k` (its final answers
+extracted) or `hf` (anything `datasets.load_dataset` reads: a hub id, a `save_to_disk` directory,
+a folder of data files, or a .json/.jsonl/.csv/.parquet file). `data.prompt_column` and
+`data.answer_column` become `prompt` and `answer`. `data.max_prompt_length` then drops prompts
+longer than that many tokens and logs how many went: TRL has no prompt length limit, and long
+prompts are the first thing to cut when GRPO runs out of memory.
+
+`preflight` checks local files in the driver, before launch: parse errors with file and line,
+an empty file, a missing prompt column, a column a reward function needs. It reads files with
+json/csv/pyarrow only; `datasets` is imported inside the loaders (workers), not on the driver.
 """
 
+import csv
+import json
 import logging
 import random
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
+from grpo_exp.errors import Problem
+
 if TYPE_CHECKING:
     from datasets import Dataset
-
-# `datasets` is imported inside the functions: the driver imports this module for LOADERS only.
 
 log = logging.getLogger(__name__)
 
 _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+# Local files by suffix -> the `datasets` builder that reads them.
+FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+MAX_REPORTED_ERRORS = 3
 
 
 def toy_math(cfg: DictConfig, seed: int) -> "Dataset":
@@ -30,62 +44,71 @@ def toy_math(cfg: DictConfig, seed: int) -> "Dataset":
     rows = []
     for _ in range(cfg.num_samples or 256):
         a, b, op = rng.randint(0, 99), rng.randint(0, 99), rng.choice(list(_OPS))
-        rows.append({"question": f"What is {a} {op} {b}?", "answer": str(_OPS[op](a, b))})
+        rows.append({"prompt": f"What is {a} {op} {b}?", "answer": str(_OPS[op](a, b))})
     return Dataset.from_list(rows)
 
 
 def gsm8k(cfg: DictConfig, seed: int) -> "Dataset":
-    """GSM8K from the hub id in data.path, or from a local .json/.jsonl file with its columns."""
-    raw = _load(cfg.path, cfg.subset, cfg.split)
+    """GSM8K from the hub id in data.path, or a local copy with its columns (question, answer)."""
+    raw = hf(cfg, seed)
     # GSM8K answers end in "#### <number>"; the reasoning before it is not the reward target.
-    return raw.map(
-        lambda row: {"question": row["question"], "answer": row["answer"].split("####")[-1].strip()},
-        remove_columns=[c for c in raw.column_names if c not in ("question", "answer")],
-    )
+    return raw.map(lambda row: {cfg.answer_column: row[cfg.answer_column].split("####")[-1].strip()})
 
 
-def jsonl(cfg: DictConfig, seed: int) -> "Dataset":
-    """A local JSON-lines file with `prompt` (string or chat messages) and `answer` columns."""
-    raw = _load(cfg.path, None, cfg.split)
-    return raw.rename_column("prompt", "question") if "prompt" in raw.column_names else raw
+def hf(cfg: DictConfig, seed: int) -> "Dataset":
+    """Whatever `datasets` reads at data.path: a file, a save_to_disk directory, a hub id."""
+    from datasets import DatasetDict, load_dataset, load_from_disk
+
+    local = Path(cfg.path).expanduser()
+    if local.is_file():
+        return load_dataset(FILE_FORMATS[local.suffix], data_files=str(local), split="train")
+    if is_saved_dataset(local):
+        saved = load_from_disk(str(local))
+        return saved[cfg.split] if isinstance(saved, DatasetDict) else saved
+    return load_dataset(cfg.path, cfg.subset, split=cfg.split)  # a hub id, or a folder of data files
 
 
-LOADERS = {"toy_math": toy_math, "gsm8k": gsm8k, "jsonl": jsonl}
+LOADERS = {"toy_math": toy_math, "gsm8k": gsm8k, "hf": hf}
 
 
-def _load(path: str, subset: str | None, split: str) -> "Dataset":
-    from datasets import load_dataset
-
-    if path.endswith((".json", ".jsonl")):
-        return load_dataset("json", data_files=path, split="train")
-    return load_dataset(path, subset, split=split)
+def is_saved_dataset(path: Path) -> bool:
+    """A directory written by Dataset.save_to_disk or DatasetDict.save_to_disk."""
+    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
 
 
-def to_chat(question, system_prompt: str | None) -> list[dict]:
-    if isinstance(question, list):  # already chat messages
-        messages = list(question)
+def to_chat(prompt, system_prompt: str | None) -> list[dict]:
+    if isinstance(prompt, list):  # already chat messages
+        messages = list(prompt)
     else:
-        messages = [{"role": "user", "content": str(question)}]
+        messages = [{"role": "user", "content": str(prompt)}]
     if system_prompt and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": system_prompt})
     return messages
 
 
 def build_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset":
-    """The training dataset for `cfg` (the `data` group), chat-formatted and length-filtered."""
+    """The training dataset for `cfg` (the `data` group): columns renamed, prompts formatted,
+    too-long prompts dropped; every other column stays for the reward functions."""
     ds = LOADERS[cfg.loader](cfg, seed)
     if cfg.num_samples is not None and len(ds) > cfg.num_samples:
         ds = ds.select(range(cfg.num_samples))
-    ds = ds.map(lambda row: {"prompt": to_chat(row["question"], cfg.system_prompt)}, remove_columns=["question"])
+    renames = {cfg.prompt_column: "prompt", cfg.answer_column: "answer"}
+    ds = ds.rename_columns({old: new for old, new in renames.items() if old != new and old in ds.column_names})
+    if cfg.conversational:
+        ds = ds.map(lambda row: {"prompt": to_chat(row["prompt"], cfg.system_prompt)})
     if cfg.max_prompt_length is not None:
         ds = drop_long_prompts(ds, tokenizer, cfg.max_prompt_length)
+    log.info("dataset: %d rows, columns %s (every column but prompt reaches the reward functions)", len(ds), ds.column_names)
     return ds
 
 
 def drop_long_prompts(ds: "Dataset", tokenizer, max_tokens: int) -> "Dataset":
     def prompt_tokens(row):
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
-        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        if isinstance(row["prompt"], list):
+            ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
+            ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        else:
+            ids = tokenizer(row["prompt"])["input_ids"]
         return {"prompt_tokens": len(ids)}
 
     measured = ds.map(prompt_tokens)
@@ -101,3 +124,161 @@ def drop_long_prompts(ds: "Dataset", tokenizer, max_tokens: int) -> "Dataset":
             f"{min(measured['prompt_tokens'])} tokens. Raise data.max_prompt_length."
         )
     return kept
+
+
+# --- preflight: local files checked by the driver before launch -----------------------------
+
+class _Unreadable(Exception):
+    """A local data source that cannot be read; carries the Problems to report."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+
+
+def preflight(cfg: DictConfig, reward_columns: dict[str, list[str]]) -> list[Problem]:
+    """Problems with the data the run would read, found without `datasets`: unreadable or empty
+    local files, a missing prompt column, columns the reward functions need. Hub datasets and
+    folders of data files are not read here (the worker reports those)."""
+    if cfg.loader == "toy_math":
+        columns = {"prompt", "answer"}
+        where = "toy_math"
+    elif cfg.path is None:
+        return [Problem("data.path", f"is required for data.loader={cfg.loader}", "set data.path=<a .jsonl/.csv/.parquet file, a save_to_disk directory or a hub dataset id>")]
+    else:
+        local = Path(cfg.path).expanduser()
+        where = str(local)
+        if local.suffix in FILE_FORMATS and not local.is_file():
+            return [Problem("data.path", f"file {local} does not exist", f"point data.path at an existing {local.suffix} file")]
+        if local.is_file() and local.suffix not in FILE_FORMATS:
+            return [Problem("data.path", f"{local} is not a format grpo_exp reads ({local.suffix})", f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory")]
+        try:
+            columns = _local_columns(local, cfg)
+        except _Unreadable as unreadable:
+            return unreadable.problems
+        if columns is None:  # a hub id or a folder of data files: read in the worker
+            return []
+    return _column_problems(cfg, columns, where, reward_columns)
+
+
+def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_columns: dict[str, list[str]]) -> list[Problem]:
+    listed = ", ".join(sorted(columns))
+    problems = []
+    if cfg.prompt_column not in columns:
+        problems.append(Problem("data.prompt_column", f"'{cfg.prompt_column}' is not a column of {where} (columns: {listed})", f"set data.prompt_column to the column holding prompts: one of {listed}"))
+    if cfg.answer_column != "answer" and cfg.answer_column in columns and "answer" in columns:
+        problems.append(Problem("data.answer_column", f"renaming '{cfg.answer_column}' to 'answer' would replace the existing 'answer' column of {where}", "rename one of the columns in the data"))
+    renamed = {"prompt": cfg.prompt_column, "answer": cfg.answer_column}
+    available = {new for new, old in renamed.items() if old in columns} | (columns - set(renamed.values()))
+    needed_by: dict[str, list[str]] = {}
+    for reward, needed in reward_columns.items():
+        for column in needed:
+            needed_by.setdefault(column, []).append(f"data.rewards.{reward}")
+    for column, rewards in needed_by.items():
+        if column in available:
+            continue
+        if column == "answer":
+            problems.append(Problem("data.answer_column", f"'{cfg.answer_column}' is not a column of {where} (columns: {listed}), and {', '.join(rewards)} need the reference answers", f"set data.answer_column to the column holding them, or remove {', '.join(rewards)}"))
+        else:
+            problems.append(Problem(rewards[0], f"takes an argument `{column}`, which no column of {where} provides (columns: {listed})", f"add a column '{column}' to the data, or bind it in the config: {rewards[0]}.{column}=..."))
+    return problems
+
+
+def _local_columns(path: Path, cfg: DictConfig) -> set[str] | None:
+    """The column names of a local data source; raises _Unreadable with what is wrong."""
+    if path.is_file():
+        reader = {".json": _json_columns, ".jsonl": _json_columns, ".csv": _csv_columns, ".parquet": _parquet_columns}[path.suffix]
+        return reader(path, cfg.prompt_column)
+    if path.is_dir() and is_saved_dataset(path):
+        return _saved_dataset_columns(path, cfg.split)
+    return None
+
+
+def _empty(path: Path) -> _Unreadable:
+    return _Unreadable([Problem("data.path", f"{path} holds no rows", "point data.path at a file with at least one row")])
+
+
+def _json_columns(path: Path, prompt_column: str) -> set[str]:
+    text = path.read_text(errors="replace")
+    if not text.strip():
+        raise _empty(path)
+    if text.lstrip().startswith("["):  # one JSON array of rows
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _Unreadable([Problem("data.path", f"{path} line {exc.lineno} is not valid JSON ({exc.msg})", "fix the file: it must be a JSON array of objects, or one object per line")]) from None
+        numbered = list(enumerate(rows, start=1))
+    else:  # JSON lines
+        numbered, errors = [], []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                errors.append(Problem("data.path", f"{path} line {number} is not valid JSON ({exc.msg}, column {exc.colno})", f"fix or remove line {number}"))
+        if errors:
+            raise _Unreadable(errors[:MAX_REPORTED_ERRORS])
+    if not numbered:
+        raise _empty(path)
+    not_objects = [n for n, row in numbered if not isinstance(row, dict)]
+    if not_objects:
+        raise _Unreadable([Problem("data.path", f"{path} line {not_objects[0]} is not a JSON object ({len(not_objects)} such rows)", "give every row as an object: {\"prompt\": ..., \"answer\": ...}")])
+    columns = {key for _, row in numbered for key in row}
+    lacking = [n for n, row in numbered if prompt_column not in row]
+    if prompt_column in columns and lacking:
+        raise _Unreadable([Problem("data.prompt_column", f"'{prompt_column}' is missing from {len(lacking)} row(s) of {path}, first at line {lacking[0]}", "give every row a prompt, or remove those rows")])
+    return columns
+
+
+def _csv_columns(path: Path, prompt_column: str) -> set[str]:
+    with open(path, newline="", errors="replace") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            raise _empty(path)
+        rows = 0
+        for row in reader:
+            if not row:
+                continue
+            rows += 1
+            if len(row) != len(header):
+                raise _Unreadable([Problem("data.path", f"{path} line {reader.line_num} has {len(row)} fields; the header has {len(header)}", f"fix line {reader.line_num} (quote fields that contain commas)")])
+    if rows == 0:
+        raise _empty(path)
+    return set(header)
+
+
+def _parquet_columns(path: Path, prompt_column: str) -> set[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a damaged file
+        raise _Unreadable([Problem("data.path", f"{path} is not a readable parquet file ({exc})", "rewrite the file, e.g. Dataset.to_parquet")]) from None
+    if parquet.metadata.num_rows == 0:
+        raise _empty(path)
+    return set(parquet.schema_arrow.names)
+
+
+def _saved_dataset_columns(path: Path, split: str) -> set[str]:
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
+        if split not in splits:
+            raise _Unreadable([Problem("data.split", f"'{split}' is not a split of {path} (splits: {', '.join(splits)})", f"set data.split to one of: {', '.join(splits)}")])
+        path = path / split
+    info = json.loads((path / "dataset_info.json").read_text())
+    rows = _saved_rows(path)
+    if rows == 0:
+        raise _empty(path)
+    return set((info.get("features") or {}).keys())
+
+
+def _saved_rows(path: Path) -> int:
+    """Rows of a save_to_disk dataset: its arrow files' record batches (memory-mapped)."""
+    import pyarrow as pa
+
+    rows = 0
+    for arrow in sorted(path.glob("*.arrow")):
+        with pa.memory_map(str(arrow)) as source:
+            rows += sum(batch.num_rows for batch in pa.ipc.open_stream(source))
+    return rows

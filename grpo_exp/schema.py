@@ -17,14 +17,19 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from grpo_exp.trl_schema import TrainerFields, VllmFields
+
 
 @dataclass
 class ModelConfig:
     name: str = MISSING  # short name used in run names and W&B tags
     name_or_path: Optional[str] = None  # hub id or local directory; null builds the local tiny model
-    model_type: str = MISSING  # transformers model_type: qwen2 | qwen3 | llama
-    dtype: str = "bfloat16"  # TRL model_init_kwargs.dtype; bytes per weight: 2 (bf16/fp16) or 4 (fp32)
-    # Architecture numbers, copied from the model's config.json, so planning needs no download.
+    model_type: str = MISSING  # transformers model_type (config.json)
+    # TRL model_init_kwargs.dtype; bytes per weight: 2 (bf16/fp16) or 4 (fp32). auto: the
+    # checkpoint's own dtype, read from config.json before planning.
+    dtype: str = "bfloat16"
+    # Architecture numbers from the model's config.json, so planning needs no download. Left unset
+    # (model=auto), grpo_exp.model_info fills them from config.json before anything is checked.
     hidden_size: int = MISSING
     intermediate_size: int = MISSING
     num_hidden_layers: int = MISSING
@@ -35,81 +40,70 @@ class ModelConfig:
     tie_word_embeddings: bool = MISSING
     max_position_embeddings: int = MISSING
     num_parameters: int = MISSING  # exact count for these numbers (tests check it on the meta device)
+    planner_notes: List[str] = field(default_factory=list)  # what the planner does not model for this architecture
 
 
 @dataclass
 class DataConfig:
     name: str = MISSING
-    loader: str = MISSING  # toy_math | gsm8k | jsonl: the function in grpo_exp/data.py that reads it
-    path: Optional[str] = None  # hub dataset id or a local .json/.jsonl file
+    loader: str = MISSING  # toy_math | gsm8k | hf: the function in grpo_exp/data.py that reads it
+    # hf / gsm8k: anything datasets.load_dataset reads: a hub dataset id, a local dataset directory
+    # (save_to_disk or a folder of data files), or a .json/.jsonl/.csv/.parquet file.
+    path: Optional[str] = None
     subset: Optional[str] = None  # hub dataset config name (gsm8k: main)
     split: str = "train"
+    prompt_column: str = "prompt"  # the column holding prompts: a string or a list of chat messages
+    answer_column: str = "answer"  # renamed to `answer`, the argument name grpo_exp's reward functions take
+    # true: a string prompt becomes a user message and the tokenizer's chat template applies;
+    # false: string prompts go to the model as raw text (base models without a chat template).
+    conversational: bool = True
     num_samples: Optional[int] = None  # keep the first N rows (toy_math: how many to generate)
-    system_prompt: Optional[str] = None
+    system_prompt: Optional[str] = None  # prepended as a system message (conversational prompts only)
     # Prompts longer than this many tokens (chat template applied) are dropped before training.
     # Long prompts are the first cause of GRPO OOMs: memory grows with prompt + completion length.
     max_prompt_length: Optional[int] = None
-    # name -> {_target_: dotted path of a reward function, extra kwargs}; order = trainer.reward_weights order
+    # name -> {_target_: dotted path of a reward function, extra kwargs}; order = trainer.reward_weights order.
+    # TRL calls each with the completions and every dataset column as keyword arguments.
     rewards: Dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
-class TrainerConfig:
-    """GRPOConfig fields, verbatim. Values that change memory are commented in conf/trainer/grpo.yaml."""
-
-    per_device_train_batch_size: int = 4
-    gradient_accumulation_steps: int = 1
-    num_generations: int = 4
-    generation_batch_size: Optional[int] = None
-    steps_per_generation: Optional[int] = None
-    max_completion_length: int = 32
-    num_iterations: int = 1
-    gradient_checkpointing: bool = False
-    bf16: bool = False
-    beta: float = 0.0
-    epsilon: float = 0.2
-    loss_type: str = "dapo"
-    scale_rewards: str = "group"
-    mask_truncated_completions: bool = False
-    reward_weights: Optional[List[float]] = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    repetition_penalty: float = 1.0
-    learning_rate: float = 1e-6
-    lr_scheduler_type: str = "linear"
-    warmup_steps: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    optim: str = "adamw_torch"
-    max_steps: int = -1
-    num_train_epochs: float = 1.0
-    logging_steps: float = 1
-    save_strategy: str = "no"
-    save_steps: float = 500
-    log_completions: bool = False
-    shuffle_dataset: bool = True
-    disable_dropout: bool = False
-    ds3_gather_for_generation: bool = True
-    dataloader_num_workers: int = 0
+# GRPOConfig fields grpo_exp sets itself, and the key that sets each. They are left out of the
+# `trainer` / `vllm` groups (schema_gen skips them), so setting one is an "unknown key" whose
+# message names this key instead (errors.explain).
+OWNED_TRAINER_FIELDS = {
+    "output_dir": "the run dir (hydra.run.dir); checkpoints go to <run dir>/checkpoints",
+    "deepspeed": "the deepspeed group (deepspeed=zero3, deepspeed.<key>=...)",
+    "use_cpu": "the topology (CPU when no GPU is detected or topology.gpus_per_node=0)",
+    "report_to": "logger (logger=wandb or logger=none)",
+    "run_name": "run_name (top level)",
+    "seed": "seed (top level)",
+    "ddp_timeout": "topology.collective_timeout_s",
+    "local_rank": "the launcher (torchrun starts one process per GPU)",
+    "project": "logger.project",
+    "hub_token": "the HF_TOKEN environment variable (config.yaml is saved in the run dir; tokens never go in it)",
+    "resume_from_checkpoint": "nothing yet: Trainer ignores this field and grpo_exp does not resume runs yet",
+    "fsdp": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
+    "fsdp_config": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
+    "parallelism_config": "nothing: an accelerate object that cannot be written in YAML (GRPO supports no cp/sp anyway)",
+    "use_vllm": "vllm (vllm=off | colocate | server)",
+    "vllm_mode": "vllm.mode (vllm=off | colocate | server)",
+    "vllm_server_base_url": "vllm.server_host and vllm.server_port",
+}
 
 
 @dataclass
-class VllmConfig:
-    """GRPOConfig `vllm_*` fields without the prefix, plus `gpus` (grpo_exp's own)."""
+class TrainerConfig(TrainerFields):
+    """Every GRPOConfig field but the owned ones, TRL's defaults (generated: trl_schema.py).
+    conf/trainer/grpo.yaml holds only what grpo_exp sets differently, with the reason."""
+
+
+@dataclass
+class VllmConfig(VllmFields):
+    """GRPOConfig's `vllm_*` fields without the prefix (generated: trl_schema.py), plus grpo_exp's own."""
 
     mode: str = "off"  # off | colocate | server  (off -> use_vllm=False, else vllm_mode)
     gpus: int = 0  # GPUs given to the `trl vllm-serve` process (server mode only)
-    gpu_memory_utilization: float = 0.3
-    max_model_length: Optional[int] = None
-    tensor_parallel_size: int = 1
-    enable_sleep_mode: bool = False
-    model_impl: str = "vllm"
     server_host: Optional[str] = None  # where trainers reach the server; null = node 0 (MASTER_ADDR)
-    server_port: int = 8000
-    server_timeout: float = 240.0
-    group_port: int = 51216
-    importance_sampling_correction: bool = True
 
 
 @dataclass
@@ -225,6 +219,9 @@ def register_configs() -> None:
     # ${eq:a,b}: lets trainer.bf16 follow model.dtype. Resolved before the config is frozen.
     if not OmegaConf.has_resolver("eq"):
         OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
+    # ${basename:path}: model=auto names the run after the model's directory or repo.
+    if not OmegaConf.has_resolver("basename"):
+        OmegaConf.register_new_resolver("basename", lambda path: Path(str(path).rstrip("/")).name)
     cs = ConfigStore.instance()
     cs.store(name="schema", node=Config)
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):

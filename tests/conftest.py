@@ -74,3 +74,36 @@ def training_run(model_cache, tmp_path):
             proc.kill()
         except (psutil.NoSuchProcess, ProcessLookupError):
             pass
+
+
+# Random-init models of other families, saved like any HF model (config.json, safetensors, the
+# tiny model's tokenizer and chat template): what a user's own fine-tune directory looks like.
+SAVED_ARCHITECTURES = {
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": None}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {}),
+}
+
+
+@pytest.fixture(scope="session")
+def saved_models(tmp_path_factory, model_cache) -> dict[str, Path]:
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    os.environ.setdefault("GRPO_EXP_CACHE", str(model_cache))
+    from grpo_exp import build
+
+    tokenizer = AutoTokenizer.from_pretrained(build.model_path(compose_cfg()))
+    root = tmp_path_factory.mktemp("saved_models")
+    out = {}
+    for name, (config_cls, model_cls, extra) in SAVED_ARCHITECTURES.items():
+        config = getattr(transformers, config_cls)(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=False,
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **extra,
+        )
+        torch.manual_seed(0)
+        getattr(transformers, model_cls)(config).save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+        out[name] = root / name
+    return out

@@ -1,4 +1,4 @@
-"""Misbehaving reward functions for the failure tests: one that asks for too much memory, one that hangs."""
+"""Reward functions for the tests: one that asks for too much memory, one that hangs, one that records the columns it gets."""
 
 import os
 
@@ -23,4 +23,15 @@ def stuck(completions, seconds: float = 600.0, only_rank: int | None = None, **k
 
     if only_rank is None or int(os.environ.get("RANK", "0")) == only_rank:
         time.sleep(seconds)
+    return [0.0] * len(completions)
+
+
+def record_columns(completions, level, out: str | None = None, **kwargs) -> list[float]:
+    """Takes the dataset's extra column `level` (TRL passes every column by name) and appends what it
+    received to `out` as a JSON line: proves extra columns reach reward functions."""
+    import json
+
+    if out is not None:
+        with open(out, "a") as f:
+            f.write(json.dumps({"level": list(level), "columns": sorted(kwargs)}) + "\n")
     return [0.0] * len(completions)

@@ -1,11 +1,18 @@
 """The command line without training: --help, --cfg job, and every bad input -> exit 2, no traceback."""
 
+from pathlib import Path
+
 import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 BAD_INPUTS = {
     "unknown group option": (["model=qwen7"], "model=qwen7: no such option", "qwen7b"),
     "unknown key": (["trainer.num_generation=4"], "trainer.num_generation: unknown key", "num_generations"),
-    "unknown key added with +": (["+trainer.foo=1"], "trainer.foo: unknown key", "num_generations"),
+    "unknown key added with +": (["+trainer.foo=1"], "trainer.foo: unknown key", "--cfg job"),
+    "owned GRPOConfig field": (["trainer.output_dir=/x"], "trainer.output_dir: grpo_exp sets", "hydra.run.dir"),
+    "out of range": (["trainer.temperature=-0.5"], "trainer.temperature: is -0.5", "> 0"),
+    "prompt column missing": (["data=jsonl", f"data.path={FIXTURES}/gsm8k_sample.jsonl", "data.prompt_column=nope"], "data.prompt_column: 'nope' is not a column", "question"),
     "unknown root key": (["+foo=1"], "foo: unknown key", "trainer"),
     "wrong type": (["trainer.learning_rate=abc"], "trainer.learning_rate: Value 'abc'", "takes a Float"),
     "wrong type, list for int": (["trainer.num_generations=[1,2]"], "trainer.num_generations:", "takes a"),

@@ -1,15 +1,14 @@
 """Every group option composes and becomes real TRL / PEFT / DeepSpeed objects; keys map exactly."""
 
 import dataclasses
-import types
-import typing
-
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from grpo_exp import build
-from grpo_exp.schema import TrainerConfig, VllmConfig
+from pathlib import Path
+
+from grpo_exp import build, model_info, schema_gen, trl_schema
+from grpo_exp.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConfig
 from tests.conftest import CONF, compose_cfg, group_options
 
 GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher"]
@@ -18,14 +17,17 @@ CASES = [(g, o) for g in GROUPS for o in group_options(g)]
 
 def test_every_group_has_options():
     assert {g: len(group_options(g)) for g in GROUPS} == {
-        "model": 14, "data": 3, "trainer": 1, "vllm": 3, "deepspeed": 6, "peft": 2, "topology": 8, "logger": 2, "launcher": 2,
+        "model": 15, "data": 4, "trainer": 1, "vllm": 3, "deepspeed": 6, "peft": 2, "topology": 8, "logger": 2, "launcher": 2,
     }
 
 
 @pytest.mark.parametrize("group,option", CASES, ids=[f"{g}={o}" for g, o in CASES])
-def test_option_composes_and_builds(group, option, tmp_path):
-    extra = ["data.path=tests/fixtures/gsm8k_sample.jsonl"] if (group, option) == ("data", "jsonl") else []
+def test_option_composes_and_builds(group, option, tmp_path, request):
+    extra = ["data.path=tests/fixtures/gsm8k_sample.jsonl"] if (group, option) in (("data", "jsonl"), ("data", "hf")) else []
+    if (group, option) == ("model", "auto"):
+        extra.append(f"model.name_or_path={request.getfixturevalue('saved_models')['mistral']}")
     cfg = compose_cfg(f"{group}={option}", *extra)
+    assert model_info.complete(cfg.model) == []  # model=auto: numbers from config.json
     assert not OmegaConf.missing_keys(cfg)
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     assert args.num_generations == cfg.trainer.num_generations
@@ -48,49 +50,65 @@ def test_option_composes_and_builds(group, option, tmp_path):
 def _grpo_fields():
     from trl import GRPOConfig
 
-    return {f.name: f for f in dataclasses.fields(GRPOConfig)}
+    return {f.name: f for f in dataclasses.fields(GRPOConfig) if f.init}
 
 
-def _accepts(annotation, value) -> bool:
-    """Whether GRPOConfig's annotation admits a value of our schema's type."""
-    if annotation is typing.Any:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_accepts(a, value) for a in typing.get_args(annotation))
-    if value is None:
-        return annotation is type(None)
-    if origin is not None:
-        return isinstance(value, origin)
-    if annotation is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, annotation) if isinstance(annotation, type) else True
+def test_generated_schema_matches_the_installed_trl():
+    """trl_schema.py holds every GRPOConfig field with TRL's type and default; a trl upgrade that
+    changes a field, type or default fails here until `python -m grpo_exp.schema_gen` is rerun."""
+    assert schema_gen.render() == Path(trl_schema.__file__).read_text()
 
 
-def test_trainer_keys_are_grpo_config_fields_verbatim():
-    fields = _grpo_fields()
+def test_every_grpo_config_field_is_settable_or_owned():
+    ours = {f.name for f in dataclasses.fields(TrainerConfig)} | {f"vllm_{f.name}" for f in dataclasses.fields(VllmConfig)}
+    for name in _grpo_fields():
+        assert name in ours or name in OWNED_TRAINER_FIELDS, f"GRPOConfig.{name} can neither be set nor is owned"
+    for name in OWNED_TRAINER_FIELDS:
+        assert name in _grpo_fields(), f"{name} is not a GRPOConfig field"
+    assert len(_grpo_fields()) == 191  # trl 1.16: 77 GRPO fields + 114 TrainingArguments
+
+
+def test_trainer_defaults_are_trls_except_the_yaml_deltas():
+    """One source per default: TRL's, except what conf/trainer/grpo.yaml sets (each with a reason)."""
     from trl import GRPOConfig
 
-    hints = typing.get_type_hints(GRPOConfig)
-    cfg = compose_cfg().trainer
-    for f in dataclasses.fields(TrainerConfig):
-        assert f.name in fields, f"trainer.{f.name} is not a GRPOConfig field"
-        value = OmegaConf.to_container(cfg, resolve=True)[f.name]
-        assert _accepts(hints[f.name], value), f"trainer.{f.name}={value!r} does not fit {hints[f.name]}"
+    yaml_keys = set(OmegaConf.load(CONF / "trainer" / "grpo.yaml"))
+    trainer = OmegaConf.to_container(compose_cfg().trainer, resolve=True)
+    for name, f in _grpo_fields().items():
+        if name not in trainer or name in yaml_keys:
+            continue
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        default = getattr(default, "value", default)  # enum defaults are their string
+        assert trainer[name] == default, (name, trainer[name], default)
+    assert yaml_keys <= set(trainer)
+    assert GRPOConfig.__dataclass_fields__["learning_rate"].default != trainer["learning_rate"]  # a delta, stated in the YAML
 
 
 def test_vllm_keys_are_grpo_config_vllm_fields_without_prefix():
     fields = _grpo_fields()
     own = build.VLLM_OWN_KEYS
+    assert "mode" in own and "gpus" in own
     for f in dataclasses.fields(VllmConfig):
         if f.name in own:
-            assert f"vllm_{f.name}" not in fields
+            assert f"vllm_{f.name}" not in fields or f"vllm_{f.name}" in OWNED_TRAINER_FIELDS
         else:
             assert f"vllm_{f.name}" in fields, f"vllm.{f.name} -> vllm_{f.name} is not a GRPOConfig field"
     cfg = compose_cfg("vllm=server")
     mapped = build.vllm_fields(cfg)
     expected = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in own}
-    assert mapped == {"use_vllm": True, **expected, "vllm_server_host": "127.0.0.1"}  # null = node 0
+    assert mapped == {"use_vllm": True, "vllm_mode": "server", **expected, "vllm_server_host": "127.0.0.1"}  # null = node 0
+
+
+def test_any_grpo_config_field_reaches_grpo_config(tmp_path):
+    cfg = compose_cfg("trainer.epsilon_high=0.28", "trainer.min_p=0.05", "trainer.save_total_limit=2",
+                      "trainer.lr_scheduler_kwargs={num_cycles:2}", "trainer.generation_kwargs={stop:[x]}",
+                      "trainer.beta=0.04", "trainer.sync_ref_model=true", "vllm=colocate", "vllm.importance_sampling_clip_max=2.5",
+                      "trainer.model_init_kwargs={attn_implementation:eager}")
+    args = build.grpo_config(cfg, tmp_path, use_cpu=True)
+    assert (args.epsilon_high, args.min_p, args.save_total_limit, args.sync_ref_model) == (0.28, 0.05, 2, True)
+    assert args.lr_scheduler_kwargs == {"num_cycles": 2} and args.generation_kwargs == {"stop": ["x"]}
+    assert args.vllm_importance_sampling_clip_max == 2.5
+    assert args.model_init_kwargs == {"attn_implementation": "eager", "dtype": "float32"}  # model.dtype owns dtype
 
 
 def test_lora_keys_are_lora_config_fields():
@@ -108,7 +126,7 @@ def test_bf16_follows_model_dtype():
     assert compose_cfg("model=qwen7b").trainer.bf16 is True
 
 
-@pytest.mark.parametrize("option", [o for o in group_options("model") if o != "tiny"])
+@pytest.mark.parametrize("option", [o for o in group_options("model") if o not in ("tiny", "auto")])
 def test_model_numbers_match_transformers_parameter_count(option):
     """The architecture numbers in conf/model reproduce the model's exact parameter count."""
     import torch

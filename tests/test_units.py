@@ -43,12 +43,12 @@ def test_toy_math_is_deterministic_and_exact():
     first, second = data.toy_math(cfg, seed=1), data.toy_math(cfg, seed=1)
     assert first.to_list() == second.to_list() and len(first) == 50
     for row in first:
-        a, op, b = row["question"].removeprefix("What is ").removesuffix("?").split()
+        a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
         assert eval(f"{a}{op}{b}") == int(row["answer"])
 
 
 def test_gsm8k_loader_reads_local_file_and_extracts_final_answer():
-    cfg = OmegaConf.create({"path": "tests/fixtures/gsm8k_sample.jsonl", "subset": "main", "split": "train"})
+    cfg = compose_cfg("data=gsm8k", "data.path=tests/fixtures/gsm8k_sample.jsonl").data
     ds = data.gsm8k(cfg, seed=0)
     assert ds.column_names == ["question", "answer"]
     assert ds[0]["answer"] == "72" and ds[7]["answer"] == "990"
