@@ -109,7 +109,8 @@ def read_architecture(config_json: Path) -> dict:
     if weights:
         num_parameters = sum(_numel(shape) for shape in weights.values())
     else:
-        num_parameters = _estimate_parameters(numbers)
+        experts = next((text[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if text.get(k)), 1)
+        num_parameters = _estimate_parameters(numbers, experts, text.get("moe_intermediate_size"))
         notes.append("parameter count estimated from config.json (no safetensors weights at hand)")
     dtype = config.get("dtype") or config.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype") or "bfloat16"
     return {"model_type": config.get("model_type") or text.get("model_type"), "dtype": dtype, **numbers,
@@ -135,10 +136,12 @@ def _safetensors_shapes(model_dir: Path) -> dict[str, list[int]]:
     return shapes
 
 
-def _estimate_parameters(n: dict) -> int:
-    """A Llama-style decoder without biases: embeddings, attention, SwiGLU MLP, two norms per layer."""
+def _estimate_parameters(n: dict, experts: int = 1, expert_intermediate: int | None = None) -> int:
+    """A Llama-style decoder without biases: embeddings, attention, SwiGLU MLP (each expert's, plus
+    a router, for a mixture of experts), two norms per layer."""
     h, q, kv = n["hidden_size"], n["num_attention_heads"] * n["head_dim"], n["num_key_value_heads"] * n["head_dim"]
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * n["intermediate_size"] + 2 * h
+    mlp = 3 * h * n["intermediate_size"] if experts == 1 else experts * 3 * h * (expert_intermediate or n["intermediate_size"]) + h * experts
+    per_layer = h * q + 2 * h * kv + q * h + mlp + 2 * h
     embeddings = n["vocab_size"] * h * (1 if n["tie_word_embeddings"] else 2)
     return embeddings + n["num_hidden_layers"] * per_layer + h
 

@@ -356,6 +356,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     e = estimate(x)
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
+    notes += list(cfg.model.get("planner_notes") or [])  # what this architecture has that the formulas do not model
     return {
         "fits": e.fits,
         "device": plan.device,
