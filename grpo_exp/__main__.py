@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors, launch, model_info, placement, planner, rundir
+from grpo_exp import errors, launch, model_info, placement, planner, resume, rundir
 from grpo_exp.consistency import STACKS
 from grpo_exp.schema import register_configs
 from grpo_exp.validate import validate
@@ -50,6 +50,17 @@ def run(cfg: DictConfig) -> float:
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
     if sweeping:
         _sweep_dirs.add(hydra_cfg.sweep.dir)
+    if cfg.resume:  # continue that run: its own dir and frozen config (Hydra's fresh dir stays empty)
+        cfg, problems = resume.load(cfg, list(hydra_cfg.overrides.task))
+        _remove_if_empty(run_dir)
+        if problems:
+            errors.report("\n".join(map(str, problems)))
+            return _done(rundir.EXIT_INVALID)
+        run_dir = Path(cfg.resume)
+        done = rundir.read_summary(run_dir)
+        if done.get("status") == "completed" and 0 <= cfg.trainer.max_steps <= (done.get("global_step") or 0):
+            log.info("%s already completed at step %s; nothing to resume", run_dir, done.get("global_step"))
+            return _done(rundir.EXIT_OK, done)
     gpus = launch.visible_gpus()
     plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
     # model=auto: the architecture numbers come from config.json before anything reads them
@@ -83,6 +94,10 @@ def run(cfg: DictConfig) -> float:
         log.warning("preflight predicts an OOM; running anyway (preflight.on_oom=warn)")
 
     node = plan.nodes[cfg.topology.node_rank]
+    if cfg.resume:
+        checkpoint = rundir.latest_checkpoint(run_dir)
+        rundir.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
+        log.info("resuming %s from %s", run_dir, checkpoint[0] if checkpoint else "step 0 (no checkpoint was saved)")
     rundir.write_summary(run_dir, status="running", world_size=plan.world_size, node_rank=node.node_rank)
     log.info("run dir %s", run_dir)
     started = time.time()

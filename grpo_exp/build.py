@@ -12,6 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp import rundir
 from grpo_exp.schema import VllmConfig
 from grpo_exp.trl_schema import VllmFields
 
@@ -59,7 +60,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
         **vllm_fields(cfg),
         model_init_kwargs=model_init_kwargs,
         deepspeed=deepspeed_dict(cfg),
-        output_dir=str(run_dir / "checkpoints"),
+        output_dir=str(run_dir / rundir.CHECKPOINTS),
         run_name=cfg.run_name,
         seed=cfg.seed,
         use_cpu=use_cpu,

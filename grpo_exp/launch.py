@@ -22,7 +22,7 @@ from grpo_exp.placement import NodePlan
 
 log = logging.getLogger(__name__)
 
-STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this long
+STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this long (training: preemption.grace_s)
 
 
 def visible_gpus() -> int:
@@ -103,7 +103,8 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
 
     output = _Output(log_path or run_dir / rundir.LOG)
     procs: list[subprocess.Popen] = []
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGTERM (timeout, a workflow tool) and SIGHUP (a closed terminal) end the run like Ctrl-C
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if "vllm" in node.commands:
             log.info("starting vLLM server on GPUs %s: %s", node.vllm_gpus, " ".join(node.commands["vllm"]))
@@ -120,9 +121,10 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     except KeyboardInterrupt:
         return rundir.EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        for proc in reversed(procs):  # training first, then the server it was using
-            stop(proc)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for proc in reversed(procs):  # training first (it saves a checkpoint on SIGTERM), then its server
+            stop(proc, cfg.preemption.grace_s if proc is procs[-1] else STOP_GRACE_S)
         output.close()
 
 
@@ -130,12 +132,12 @@ def _raise_interrupt(*_):
     raise KeyboardInterrupt
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """End `proc`'s whole process group: SIGTERM, then SIGKILL after STOP_GRACE_S."""
+def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """End `proc`'s whole process group: SIGTERM, then SIGKILL after `grace_s`."""
     if proc.poll() is None:
         _kill_group(proc.pid, signal.SIGTERM)
         try:
-            proc.wait(timeout=STOP_GRACE_S)
+            proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             pass
     _kill_group(proc.pid, signal.SIGKILL)  # and whatever a rank left behind in the group

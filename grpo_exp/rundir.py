@@ -5,6 +5,7 @@
     train.log       what every process printed
     metrics.jsonl   one JSON object per logged step, flushed as written
     summary.json    status, exit_code, wall_s, final metrics (rewritten atomically)
+    checkpoints/    checkpoint-<step>/ as transformers writes them; a run resumes from the latest
 
 Pure Python (json, omegaconf): the driver uses it without importing torch.
 """
@@ -29,6 +30,7 @@ EXIT_INVALID = 2  # the config is wrong; nothing was launched
 EXIT_PREDICTED_OOM = 3  # preflight predicts an OOM; nothing was launched (preflight.on_oom=warn runs anyway)
 EXIT_OOM = 4  # a rank ran out of memory (CUDA or host); summary.json["oom"] says where
 EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined, or training stalled
+EXIT_PREEMPTED = 75  # stopped by SIGTERM/SIGUSR1/SIGUSR2 after saving a checkpoint (EX_TEMPFAIL: run it again)
 EXIT_INTERRUPTED = 130
 STATUS_EXIT_CODES = {
     "completed": EXIT_OK,
@@ -40,7 +42,10 @@ STATUS_EXIT_CODES = {
     "rendezvous_timeout": EXIT_HANG_PREVENTED,
     "stalled": EXIT_HANG_PREVENTED,
     "interrupted": EXIT_INTERRUPTED,
+    "preempted": EXIT_PREEMPTED,
 }
+CHECKPOINTS = "checkpoints"  # GRPOConfig.output_dir: transformers writes checkpoint-<step>/ here
+WANDB_ID = "wandb_id"  # the W&B run id, kept so a resumed run continues the same W&B run
 RANKS = "ranks"  # ranks/rank<N>.json: how each rank that did not complete ended (written before it exits)
 
 
@@ -147,3 +152,38 @@ def root_cause(run_dir: Path) -> dict | None:
     if not outcomes:
         return None
     return min(outcomes, key=lambda o: (_CAUSE_PRIORITY.get(o["status"], 3), o.get("time", 0)))
+
+
+def latest_checkpoint(run_dir: Path) -> tuple[Path, int] | None:
+    """The newest complete checkpoint (one with trainer_state.json) and its step, or None."""
+    found = []
+    for path in (Path(run_dir) / CHECKPOINTS).glob("checkpoint-*"):
+        step = path.name.removeprefix("checkpoint-")
+        if step.isdigit() and (path / "trainer_state.json").is_file():
+            found.append((int(step), path))
+    if not found:
+        return None
+    step, path = max(found)
+    return path, step
+
+
+def truncate_metrics(run_dir: Path, last_step: int) -> int:
+    """Drop metrics.jsonl lines after `last_step` (steps a resumed run will log again); returns how many went."""
+    path = Path(run_dir) / METRICS
+    if not path.exists():
+        return 0
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    kept = [line for line in lines if json.loads(line)["step"] <= last_step]
+    if len(kept) < len(lines):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, path)
+    return len(lines) - len(kept)
+
+
+def record_resume(run_dir: Path, from_step: int) -> dict:
+    """summary.json["resumes"] gains {from_step, time}: how often and from where a run continued."""
+    import time
+
+    resumes = read_summary(run_dir).get("resumes", [])
+    return write_summary(run_dir, status="running", resumes=[*resumes, {"from_step": from_step, "time": time.time()}])

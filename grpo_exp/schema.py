@@ -81,7 +81,7 @@ OWNED_TRAINER_FIELDS = {
     "local_rank": "the launcher (torchrun starts one process per GPU)",
     "project": "logger.project",
     "hub_token": "the HF_TOKEN environment variable (config.yaml is saved in the run dir; tokens never go in it)",
-    "resume_from_checkpoint": "nothing yet: Trainer ignores this field and grpo_exp does not resume runs yet",
+    "resume_from_checkpoint": "resume=<run dir> (the run continues from its latest checkpoint)",
     "fsdp": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
     "fsdp_config": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
     "parallelism_config": "nothing: an accelerate object that cannot be written in YAML (GRPO supports no cp/sp anyway)",
@@ -161,6 +161,14 @@ class WatchdogConfig:
 
 
 @dataclass
+class PreemptionConfig:
+    # A stopped run (SIGTERM/SIGUSR1/SIGUSR2 to a rank, or SIGINT/SIGTERM/SIGHUP to the driver) saves
+    # a checkpoint at the next step boundary and ends as `preempted`; the driver waits this long for
+    # it before SIGKILL (torchrun itself gives its ranks 30 s).
+    grace_s: float = 60.0
+
+
+@dataclass
 class LoggerConfig:
     name: str = MISSING  # wandb | none
     project: str = "grpo_exp"
@@ -204,8 +212,10 @@ class Config:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     action: str = "run"  # run: check, then train | plan: check, write plan.json, print, launch nothing
+    resume: Optional[str] = None  # a run dir: continue that run from its latest checkpoint with its frozen config
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None
     seed: int = 42

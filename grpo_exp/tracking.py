@@ -5,6 +5,7 @@ into this run instead of creating its own, so the run carries our config, tags a
 """
 
 import netrc
+import secrets
 import os
 from pathlib import Path
 
@@ -67,7 +68,14 @@ class WandbTracker:
         # The command-line values as top-level keys ("trainer.num_generations": 8): W&B's parallel
         # coordinates and scatter panels plot them directly across the runs of a sweep.
         config.update(swept_values(overrides))
+        # One W&B run per grpo_exp run: a resumed (or requeued) run continues the W&B run whose id
+        # the first start kept in the run dir.
+        id_file = run_dir / rundir.WANDB_ID
+        run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)  # W&B ids: [a-z0-9]+
+        id_file.write_text(run_id + "\n")
         self.run = wandb.init(
+            id=run_id,
+            resume="allow",
             project=cfg.logger.project,
             entity=cfg.logger.entity,
             group=cfg.logger.group or sweep_group(cfg, run_dir),

@@ -3,6 +3,11 @@
 Reads the frozen config (never Hydra), builds the trainer, instruments its phases, trains. Rank 0
 writes metrics.jsonl as steps are logged and summary.json at the end, whatever the end is; any
 rank that does not complete first records why in ranks/rank<N>.json.
+
+A run dir is the unit of resumption: when <run dir>/checkpoints holds a checkpoint, training
+continues from the latest one (rank 0 first drops metrics.jsonl lines after its step, which the run
+logs again). SIGTERM, SIGUSR1 or SIGUSR2 (SLURM preemption, `--signal` before a time limit) asks
+for a checkpoint at the next step boundary, agreed across ranks, then the run ends as `preempted`.
 """
 
 import json
@@ -28,10 +33,55 @@ def _setup_logging(rank: int) -> None:
     )
 
 
-def _raise_interrupt(*_):
-    # torchrun (after a peer failed) and the driver (Ctrl-C) stop ranks with SIGTERM: turn it into
-    # an exception so the summary and the W&B run are still finished.
-    raise KeyboardInterrupt
+PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class Preemption:
+    """A stop request: before training starts it interrupts at once (nothing to save); during
+    training it waits for the step boundary, where every rank agrees to save and stop together."""
+
+    def __init__(self):
+        self.training = False
+        self.signal_name: str | None = None
+
+    def install(self) -> None:
+        for sig in PREEMPTION_SIGNALS:
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame):
+        if not self.training or self.signal_name is not None:  # nothing to save yet, or asked twice
+            raise KeyboardInterrupt
+        self.signal_name = signal.Signals(signum).name
+        log.warning("%s: saving a checkpoint at the end of this step, then stopping", self.signal_name)
+
+    def callback(self, world_size: int):
+        from transformers import TrainerCallback
+
+        preemption = self
+
+        class SaveAndStop(TrainerCallback):
+            def on_train_begin(self, args, state, control, **kwargs):
+                preemption.training = True
+
+            def on_step_end(self, args, state, control, **kwargs):
+                requested = preemption.signal_name is not None
+                if world_size > 1:  # a collective every step: ranks must stop at the same step
+                    import torch
+                    import torch.distributed as dist
+
+                    flag = torch.tensor([float(requested)])
+                    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                    requested = bool(flag.item())
+                    if requested and preemption.signal_name is None:
+                        preemption.signal_name = "a peer's stop request"
+                if requested:
+                    control.should_save = True
+                    control.should_training_stop = True
+
+            def on_train_end(self, args, state, control, **kwargs):
+                preemption.training = False
+
+        return SaveAndStop()
 
 
 def _init_distributed(cfg, world_size: int, use_cpu: bool) -> None:
@@ -153,7 +203,8 @@ def main(config_path: str) -> int:
     started = time.time()
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     _setup_logging(rank)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    preemption = Preemption()
+    preemption.install()
     cfg = rundir.load_config(config_path)
     run_dir = Path(config_path).parent
 
@@ -167,6 +218,12 @@ def main(config_path: str) -> int:
     build.model_path(cfg)
     telemetry.apply_memory_limit(cfg.memory.limit_gib)
 
+    # A run dir with a checkpoint continues from it; the steps after it are logged again, so rank 0
+    # drops their lines first (before the metrics writer opens the file).
+    checkpoint = rundir.latest_checkpoint(run_dir)
+    dropped = rundir.truncate_metrics(run_dir, checkpoint[1] if checkpoint else 0) if rank == 0 else 0
+    if checkpoint is not None or dropped:
+        log.info("resuming from %s; %d metrics line(s) after it dropped", checkpoint[0] if checkpoint else "step 0", dropped)
     tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
     watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     callback = make_callback(run_dir, rank, watchdog)
@@ -179,13 +236,13 @@ def main(config_path: str) -> int:
         _init_distributed(cfg, world_size, use_cpu)
         if world_size > 1:
             consistency.check_across_ranks(cfg)  # before the model loads: fail fast, not hang
-        trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback])
+        trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback, preemption.callback(world_size)])
         _check_placement(trainer)
         if phases is not None:
             peaks = telemetry.instrument(trainer, phases)
             meter = telemetry.ModelStateMeter(trainer.model)
             meter.install()
-        result = trainer.train()
+        result = trainer.train(resume_from_checkpoint=str(checkpoint[0]) if checkpoint else None)
         outcome = {
             "status": "completed",
             "error": None,
@@ -193,6 +250,10 @@ def main(config_path: str) -> int:
             "train_runtime_s": result.metrics.get("train_runtime"),
             "runtime": _run_facts(trainer),
         }
+        if preemption.signal_name is not None:
+            saved = rundir.latest_checkpoint(run_dir)
+            outcome.update(status="preempted", error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
+                           f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={run_dir}` continues")
         log.info("run facts: %s", outcome["runtime"])
     except BaseException as exc:  # KeyboardInterrupt included: every end is recorded
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the record short
@@ -209,6 +270,8 @@ def main(config_path: str) -> int:
             measured = meter.metrics() if meter is not None else {}
             if phases is not None:
                 measured.update(telemetry.throughput(phases, callback.last_logs))
+            previous = rundir.read_summary(run_dir)  # a resumed run's peaks cover every segment
+            peaks = {k: max(v, previous.get(k, v)) for k, v in peaks.items()}
             summary = rundir.write_summary(
                 run_dir, **outcome, **peaks, **measured, **_planned(run_dir, measured),
                 final_metrics=callback.last_logs, worker_wall_s=round(time.time() - started, 3),

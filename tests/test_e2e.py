@@ -122,16 +122,20 @@ def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
     assert "training failed" in (run_dir / rundir.LOG).read_text()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_signal_to_driver_ends_every_process_of_the_run(training_run, sig):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_signal_to_driver_saves_a_checkpoint_and_ends_every_process(training_run, sig):
+    """A stopped run is preempted, not lost: both ranks agree on a step, save it, and end."""
     driver, run_dir, processes = training_run
     ranks = [p for p in processes if "grpo_exp.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
     assert len(ranks) == 2  # plus torchrun's agent
     driver.send_signal(sig)
-    assert driver.wait(timeout=60) == rundir.EXIT_INTERRUPTED
+    assert driver.wait(timeout=90) == rundir.EXIT_PREEMPTED
     gone, alive = psutil.wait_procs(processes, timeout=30)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
-    assert json.loads((run_dir / rundir.SUMMARY).read_text())["status"] == "interrupted"
+    summary = json.loads((run_dir / rundir.SUMMARY).read_text())
+    assert summary["status"] == "preempted" and f"resume={run_dir}" in summary["error"]
+    checkpoint, step = rundir.latest_checkpoint(run_dir)
+    assert step == summary["global_step"] == rundir.read_metrics(run_dir)[-1]["step"]
 
 
 def test_killing_one_rank_ends_the_whole_run(training_run):
