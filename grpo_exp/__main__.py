@@ -62,9 +62,7 @@ def run(cfg: DictConfig) -> float:
             log.info("%s already completed at step %s; nothing to resume", run_dir, done.get("global_step"))
             return _done(rundir.EXIT_OK, done)
     gpus = launch.visible_gpus()
-    plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
-    # model=auto: the architecture numbers come from config.json before anything reads them
-    problems = model_info.complete(cfg.model) or validate(cfg, plan, gpus=gpus)
+    plan, problems = check(cfg, run_dir, gpus)
     if problems:
         errors.report("\n".join(map(str, problems)))
         if sweeping:  # in a sweep an invalid combination is one of the results
@@ -114,6 +112,13 @@ def run(cfg: DictConfig) -> float:
     summary = _finish(run_dir, code, time.time() - started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
     return _done(summary["exit_code"], summary)
+
+
+def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan, list[errors.Problem]]:
+    """The launch plan for `cfg` and every problem with it (model=auto: the architecture numbers
+    are read from config.json first, since every other check reads them)."""
+    plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
+    return plan, model_info.complete(cfg.model) or validate(cfg, plan, gpus=gpus)
 
 
 def _done(code: int, summary: dict | None = None) -> float:

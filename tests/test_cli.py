@@ -1,8 +1,17 @@
-"""The command line without training: --help, --cfg job, and every bad input -> exit 2, no traceback."""
+"""The command line without training: --help, --cfg job, and bad input -> exit 2, no traceback.
+
+Every bad input is checked in-process through the driver's own steps (compose, then `check`);
+a few go through the real CLI for the exit-code contract."""
 
 from pathlib import Path
 
 import pytest
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from grpo_exp import errors
+from grpo_exp.__main__ import check, deepspeed_override
+from tests.conftest import compose_cfg
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -33,8 +42,28 @@ BAD_INPUTS = {
 }
 
 
+def driver_report(*overrides: str) -> str:
+    """What the driver prints for these overrides (compose errors or check()'s problems)."""
+    try:
+        cfg = compose_cfg(*map(deepspeed_override, overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        return errors.explain(exc)
+    _, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=0)
+    return "\n".join(map(str, problems))
+
+
 @pytest.mark.parametrize("overrides,message,fix", BAD_INPUTS.values(), ids=list(BAD_INPUTS))
-def test_bad_input_exits_2_with_key_and_fix(cli, overrides, message, fix):
+def test_bad_input_names_key_and_fix(overrides, message, fix):
+    report = driver_report(*overrides)
+    assert message in report and fix in report, report
+
+
+CONTRACT = ["unknown key", "out of range", "prompt column missing", "override syntax"]  # compose, value, data, parser
+
+
+@pytest.mark.parametrize("case", CONTRACT)
+def test_bad_input_exits_2_without_traceback_or_files(cli, case):
+    overrides, message, fix = BAD_INPUTS[case]
     result, run_dir = cli(*overrides, "logger=none")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr + result.stdout
