@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors, launch, model_info, placement, planner, resume, rundir
+from grpo_exp import errors, launch, model_info, placement, planner, ports, resume, rundir
 from grpo_exp.consistency import STACKS
 from grpo_exp.schema import register_configs
 from grpo_exp.validate import validate
@@ -46,10 +46,14 @@ _sweep_dirs: set[str] = set()
 def run(cfg: DictConfig) -> float:
     """One job. Returns the sweep objective: tokens/s of a completed run, else 0 (Optuna maximises it)."""
     hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
+    run_dir = Path(hydra_cfg.runtime.output_dir) / rundir.node_subdir(cfg.topology.node_rank)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
     if sweeping:
         _sweep_dirs.add(hydra_cfg.sweep.dir)
+    reused = None if (sweeping or cfg.resume) else reused_run_dir(run_dir)
+    if reused:  # Hydra wrote .hydra/ here already; the run's own files stay untouched
+        errors.report(str(reused))
+        return _done(rundir.EXIT_INVALID)
     if cfg.resume:  # continue that run: its own dir and frozen config (Hydra's fresh dir stays empty)
         cfg, problems = resume.load(cfg, list(hydra_cfg.overrides.task))
         _remove_if_empty(run_dir)
@@ -117,8 +121,10 @@ def run(cfg: DictConfig) -> float:
 def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan, list[errors.Problem]]:
     """The launch plan for `cfg` and every problem with it (model=auto: the architecture numbers
     are read from config.json first, since every other check reads them)."""
+    problems = ports.check_values(cfg)
+    ports.resolve_auto(cfg)  # before the plan's commands and config.yaml name the ports
     plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
-    return plan, model_info.complete(cfg.model) or validate(cfg, plan, gpus=gpus)
+    return plan, problems + (model_info.complete(cfg.model) or validate(cfg, plan, gpus=gpus))
 
 
 def _done(code: int, summary: dict | None = None) -> float:
@@ -171,6 +177,30 @@ def _remove_if_empty(run_dir: Path) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def reused_run_dir(run_dir: Path) -> errors.Problem | None:
+    """A run dir belongs to one run: starting another in it would mix their metrics and overwrite
+    its config and summary."""
+    held = rundir.holds_run(run_dir)
+    if held is None:
+        return None
+    return errors.Problem(
+        "hydra.run.dir", f"{run_dir} already holds a run (status: {held.get('status')}); a run dir belongs to one run",
+        f"leave hydra.run.dir at its default (unique per run) or choose a new one; to continue that run: python -m grpo_exp resume={run_dir}",
+    )
+
+
+def _run_dir_argument(argv: list[str]) -> Path | None:
+    """hydra.run.dir given on the command line of a single run (not a sweep, not a resume)."""
+    if any(a in ("-m", "--multirun") or a.startswith("resume=") for a in argv):
+        return None
+    given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("hydra.run.dir=")]
+    if not given:
+        return None
+    ranks = [a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("topology.node_rank=")]
+    rank = ranks[-1] if ranks else os.environ.get("NODE_RANK", "0")  # conf/config.yaml's default
+    return Path(given[-1].strip("'\"")).expanduser() / rundir.node_subdir(int(rank) if rank.isdigit() else 0)
+
+
 def deepspeed_override(arg: str) -> str:
     """`deepspeed.<key>=v` -> `++deepspeed.<key>=v`: the deepspeed group is DeepSpeed's own open
     format, so any of its keys may be set without Hydra's `+` (validate checks them with
@@ -184,6 +214,11 @@ def main() -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     register_configs()
     sys.argv[1:] = [deepspeed_override(arg) for arg in sys.argv[1:]]
+    given = _run_dir_argument(sys.argv[1:])
+    reused = reused_run_dir(given) if given is not None else None
+    if reused:  # before Hydra writes its .hydra/ record into that run's dir
+        errors.report(str(reused))
+        sys.exit(rundir.EXIT_INVALID)
     try:
         run()
     except (HydraException, OmegaConfBaseException) as exc:

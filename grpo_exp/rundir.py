@@ -46,6 +46,7 @@ STATUS_EXIT_CODES = {
 }
 CHECKPOINTS = "checkpoints"  # GRPOConfig.output_dir: transformers writes checkpoint-<step>/ here
 WANDB_ID = "wandb_id"  # the W&B run id, kept so a resumed run continues the same W&B run
+NODES = "nodes"  # nodes/<N>/: node N's config.yaml, plan.json, train.log, summary.json, .hydra/
 RANKS = "ranks"  # ranks/rank<N>.json: how each rank that did not complete ended (written before it exits)
 
 
@@ -152,6 +153,19 @@ def root_cause(run_dir: Path) -> dict | None:
     if not outcomes:
         return None
     return min(outcomes, key=lambda o: (_CAUSE_PRIORITY.get(o["status"], 3), o.get("time", 0)))
+
+
+def node_subdir(node_rank: int) -> str:
+    """Node N > 0 of a multi-node run keeps its files under nodes/<N>/ of the run dir: nodes started
+    with one shared run dir never overwrite each other, and node 0's dir leads to all of them."""
+    return f"{NODES}/{node_rank}/" if node_rank > 0 else ""
+
+
+def holds_run(run_dir: Path) -> dict | None:
+    """The summary of the run `run_dir` already holds, or None. A dir holding only a plan
+    (action=plan) holds no run yet: running it there is the natural next step."""
+    summary = read_summary(run_dir)
+    return summary if summary and summary.get("status") != "planned" else None
 
 
 def latest_checkpoint(run_dir: Path) -> tuple[Path, int] | None:

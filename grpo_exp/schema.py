@@ -10,6 +10,7 @@ validates.
 This module must stay importable without torch/transformers/trl: the driver and the planner use it.
 """
 
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -104,6 +105,14 @@ class VllmConfig(VllmFields):
     mode: str = "off"  # off | colocate | server  (off -> use_vllm=False, else vllm_mode)
     gpus: int = 0  # GPUs given to the `trl vllm-serve` process (server mode only)
     server_host: Optional[str] = None  # where trainers reach the server; null = node 0 (MASTER_ADDR)
+    # The address `trl vllm-serve` listens on. TRL's server has no authentication: whoever reaches
+    # it can generate or replace the policy's weights. null = 127.0.0.1 when every trainer runs on
+    # the server's node, else topology.master_addr (the cluster network), never 0.0.0.0 unasked.
+    server_bind: Optional[str] = None
+    # Ports (GRPOConfig's vllm_server_port / vllm_group_port). auto: free ports picked by the driver
+    # before the config is frozen (single-node runs); a multi-node run names them (grpo_exp/ports.py).
+    server_port: Any = "auto"
+    group_port: Any = "auto"
 
 
 @dataclass
@@ -229,6 +238,16 @@ def register_configs() -> None:
     # ${eq:a,b}: lets trainer.bf16 follow model.dtype. Resolved before the config is frozen.
     if not OmegaConf.has_resolver("eq"):
         OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
+    # ${run_id:}: a short random id, the same for every use in this process (run and sweep dir names).
+    if not OmegaConf.has_resolver("run_id"):
+        run_id = secrets.token_hex(2)
+        OmegaConf.register_new_resolver("run_id", lambda: run_id)
+    # ${node_subdir:rank}: where a node's files go inside a shared run dir ("" for node 0).
+    if not OmegaConf.has_resolver("node_subdir"):
+        from grpo_exp.rundir import node_subdir
+
+        OmegaConf.register_new_resolver("node_subdir", lambda rank: node_subdir(int(rank)))
+        OmegaConf.register_new_resolver("node_suffix", lambda rank: f".node{rank}" if int(rank) > 0 else "")
     # ${basename:path}: model=auto names the run after the model's directory or repo.
     if not OmegaConf.has_resolver("basename"):
         OmegaConf.register_new_resolver("basename", lambda path: Path(str(path).rstrip("/")).name)

@@ -7,6 +7,7 @@ Needs the `slurm` extra (submitit).
 """
 
 import logging
+import signal
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -50,17 +51,47 @@ def submit(cfg: DictConfig, run_dir: Path, plan: Plan):
     return job
 
 
+class _SacctOnce(logging.Filter):
+    """submitit warns "Bypassing sacct error" at every poll on a cluster without accounting: say it
+    once, at debug level (job states still come from squeue)."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "Bypassing sacct error" not in record.getMessage():
+            return True
+        if not _SacctOnce.said:
+            _SacctOnce.said = True
+            log.debug("sacct fails here (no SLURM accounting); submitit reads job states from squeue: %s", record.getMessage())
+        return False
+
+
 def submit_and_wait(cfg: DictConfig, run_dir: Path, plan: Plan) -> int:
+    """Submit, wait, and cancel the job if the driver is stopped (Ctrl-C, SIGTERM, SIGHUP): no job
+    outlives its driver."""
+    submitit_log = logging.getLogger("submitit")
+    quiet = _SacctOnce()
+    submitit_log.addFilter(quiet)
     job = submit(cfg, run_dir, plan)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         codes = job.results()  # one per task (node)
     except KeyboardInterrupt:
-        job.cancel()
+        job.cancel(check=False)
+        log.warning("driver stopped: cancelled job %s", job.job_id)
         return rundir.EXIT_INTERRUPTED
     except Exception as exc:  # submitit raises when a task failed
         log.error("job %s failed: %s", job.job_id, str(exc).splitlines()[0] if str(exc) else exc)
         return rundir.EXIT_FAILED
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        submitit_log.removeFilter(quiet)
     return max(codes, key=lambda c: c != 0)
+
+
+def _raise_interrupt(*_):
+    raise KeyboardInterrupt
 
 
 def node_task(config_path: str) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import data, model_info
+from grpo_exp import data, model_info, ports
 from grpo_exp.errors import Problem, unknown_key
 from grpo_exp.trl_schema import CHOICES as ENUM_CHOICES
 from grpo_exp.trl_schema import DICT_FIELDS
@@ -102,8 +102,6 @@ RANGES = {
     "vllm.gpus": _at_least(0),
     "vllm.max_model_length": _at_least(1),
     "vllm.server_timeout": _above(0),
-    "vllm.server_port": _PORT,
-    "vllm.group_port": _PORT,
     "vllm.importance_sampling_clip_max": _above(0),
     "vllm.importance_sampling_clip_min": _at_least(0),
     "data.max_prompt_length": _at_least(1),
@@ -332,7 +330,7 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
         problems.append(Problem("topology.gpus_per_node", f"asks for {wanted} GPUs; this machine has {gpus}", "use topology=local (adapts to this machine), or action=plan to only plan"))
     if cfg.vllm.mode != "off" and gpus == 0:
         problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here, or action=plan to only plan"))
-    return problems
+    return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
 
 
 def check_memory_limit(cfg: DictConfig, plan) -> list[Problem]:

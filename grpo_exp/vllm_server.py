@@ -29,12 +29,20 @@ def serve_command(cfg: DictConfig) -> list[str]:
         f"--data_parallel_size={max(1, v.gpus // v.tensor_parallel_size)}",
         f"--gpu_memory_utilization={v.gpu_memory_utilization}",
         f"--dtype={cfg.model.dtype}",
-        "--host=0.0.0.0",  # reachable from every node; trainers connect to vllm.server_host
+        f"--host={bind_address(cfg)}",
         f"--port={v.server_port}",
     ]
     if v.max_model_length is not None:
         argv.append(f"--max_model_len={v.max_model_length}")
     return argv
+
+
+def bind_address(cfg: DictConfig) -> str:
+    """Where the server listens: TRL's server has no authentication, so only where trainers are.
+    Loopback when they all run on its node, else node 0's address on the cluster network."""
+    if cfg.vllm.server_bind is not None:
+        return cfg.vllm.server_bind
+    return "127.0.0.1" if cfg.topology.nnodes == 1 else str(cfg.topology.master_addr)
 
 
 def health_url(cfg: DictConfig) -> str:

@@ -28,10 +28,11 @@ def node(model_cache, tmp_path):
     started = []
 
     def start(rank: int, *overrides: str):
-        run_dir = tmp_path / f"node{rank}"
+        shared = tmp_path / "run"  # one run dir on a "shared filesystem": node N > 0 writes under nodes/<N>/
+        run_dir = shared / rundir.node_subdir(rank)
         env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(os.path.dirname(os.path.dirname(__file__)))}
         cmd = [sys.executable, "-m", "grpo_exp", "logger=none", "topology=cpu2x1", f"topology.node_rank={rank}",
-               f"topology.master_port={port}", f"hydra.run.dir={run_dir}", *overrides]
+               f"topology.master_port={port}", f"hydra.run.dir={shared}", *overrides]
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         started.append(proc)
         return proc, run_dir
@@ -53,6 +54,8 @@ def test_two_nodes_on_loopback_train_for_real(node):
     assert [m["step"] for m in rundir.read_metrics(dir0)] == [1, 2]
     assert rundir.read_summary(dir1)["status"] == "completed"
     assert "[rank1]" in (dir1 / rundir.LOG).read_text()  # node 1 ran global rank 1
+    assert dir1 == dir0 / "nodes" / "1" and (dir0 / ".hydra").is_dir() and (dir1 / ".hydra").is_dir()  # nothing shared, nothing overwritten
+    assert "[rank1]" not in (dir0 / rundir.LOG).read_text()
 
 
 def test_differing_override_on_node_1_stops_both_nodes_naming_the_key(node):

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from grpo_exp import consistency, placement, vllm_server
+from grpo_exp import consistency, placement, ports, vllm_server
 from tests.conftest import compose_cfg
 
 CFG_PATH = "/runs/x/config.yaml"
@@ -155,11 +155,13 @@ def test_vllm_serve_argv_parses_with_trls_own_parser():
     from trl.scripts.vllm_serve import make_parser
 
     cfg = compose_cfg("model=qwen7b", "vllm=server", "vllm.gpus=4", "vllm.tensor_parallel_size=2", "vllm.max_model_length=4096")
+    ports.resolve_auto(cfg)  # the driver does this before anything names the ports
     argv = vllm_server.serve_command(cfg)
     args, extra = make_parser().parse_args_and_config(args=argv[argv.index("vllm-serve") + 1 :], return_remaining_strings=True)
     assert extra == []
     assert (args.model, args.tensor_parallel_size, args.data_parallel_size) == ("Qwen/Qwen2.5-7B-Instruct", 2, 2)
-    assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.port) == (0.9, 4096, "bfloat16", 8000)
+    assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.port) == (0.9, 4096, "bfloat16", cfg.vllm.server_port)
+    assert args.host == "127.0.0.1"  # one node: loopback only (TRL's server has no authentication)
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
