@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import errors, launch, model_info, placement, planner, ports, resume, rundir
-from grpo_exp.consistency import STACKS
+from grpo_exp.consistency import STACKS, Mismatch
 from grpo_exp.schema import register_configs
 from grpo_exp.validate import validate
 from grpo_exp.vllm_server import ServerNotReady
@@ -113,6 +113,9 @@ def run(cfg: DictConfig) -> float:
     except ServerNotReady as exc:
         rundir.write_rank_outcome(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
         code = rundir.EXIT_FAILED
+    except Mismatch as exc:  # a dedicated serving node runs another config
+        rundir.write_rank_outcome(run_dir, node.node_rank, {"status": "mismatch", "error": str(exc)})
+        code = rundir.EXIT_HANG_PREVENTED
     summary = _finish(run_dir, code, time.time() - started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
     return _done(summary["exit_code"], summary)
@@ -172,9 +175,11 @@ def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
 
 
 def _remove_if_empty(run_dir: Path) -> None:
-    """Remove a run dir holding only what Hydra put there before our code ran."""
-    if run_dir.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in run_dir.iterdir()):
-        shutil.rmtree(run_dir, ignore_errors=True)
+    """Remove a run dir holding only what Hydra put there before our code ran; for node N > 0, also
+    the shared run dir above nodes/<N>/ if that leaves it holding nothing else."""
+    for path in (run_dir, run_dir.parent, run_dir.parent.parent) if run_dir.parent.name == rundir.NODES else (run_dir,):
+        if path.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in path.iterdir()):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def reused_run_dir(run_dir: Path) -> errors.Problem | None:

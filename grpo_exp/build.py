@@ -41,6 +41,11 @@ def vllm_fields(cfg: DictConfig) -> dict:
     """GRPOConfig's vllm fields: every key gets its `vllm_` prefix back; mode `off` is use_vllm=False."""
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
+    from grpo_exp.placement import standin_server
+
+    if standin_server() is not None:  # the CPU rehearsal of a serving node: nothing to generate with
+        log.warning("GRPO_EXP_VLLM_STANDIN is set: a stand-in plays the vLLM server; completions come from transformers")
+        return {"use_vllm": False}
     fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
     if fields["vllm_server_host"] is None:  # the plan puts the server on node 0, torchrun's MASTER_ADDR
         fields["vllm_server_host"] = os.environ.get("MASTER_ADDR", "127.0.0.1")

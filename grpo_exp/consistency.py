@@ -61,10 +61,10 @@ def fingerprint(cfg: DictConfig) -> dict:
     }
 
 
-def differences(prints: list[dict]) -> list[str]:
+def differences(prints: list[dict], sections: tuple[str, ...] = ("facts", "config")) -> list[str]:
     """Human-readable disagreements between ranks' fingerprints, one line per key."""
     lines = []
-    for section in ("facts", "config"):
+    for section in sections:
         keys = sorted({k for p in prints for k in p[section]})
         for key in keys:
             by_value: dict[str, list[int]] = {}

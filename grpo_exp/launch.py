@@ -18,6 +18,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp import rundir
+from grpo_exp.consistency import Mismatch
 from grpo_exp.placement import NodePlan
 
 log = logging.getLogger(__name__)
@@ -98,34 +99,56 @@ def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | None = None) -> int:
     """Run this node's processes to the end; return the training exit code (130 if interrupted).
-    Raises vllm_server.ServerNotReady if the server never became healthy (training not started)."""
+    Raises vllm_server.ServerNotReady if the server never became healthy (training not started),
+    consistency.Mismatch if a dedicated serving node runs another config."""
+    from grpo_exp import serving
     from grpo_exp.vllm_server import health_url, wait_healthy
 
     output = _Output(log_path or run_dir / rundir.LOG)
     procs: list[subprocess.Popen] = []
+    code = rundir.EXIT_FAILED
     # SIGTERM (timeout, a workflow tool) and SIGHUP (a closed terminal) end the run like Ctrl-C
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if "vllm" in node.commands:
             log.info("starting vLLM server on GPUs %s: %s", node.vllm_gpus, " ".join(node.commands["vllm"]))
-            server = _start(node.commands["vllm"], process_env(cfg, node.env["vllm"]))
+            server = _start(node.commands["vllm"], process_env(cfg, node.env.get("vllm", {})))
             procs.append(server)
             output.follow(server, prefix="[vllm] ")
             waited = wait_healthy(health_url(cfg), cfg.vllm.server_timeout, is_alive=lambda: server.poll() is None)
             log.info("vLLM server healthy after %.0fs", waited)
+        if not node.train_procs:  # a dedicated serving node: serve until node 0 reports the run's end
+            code = serving.serve_until_stopped(cfg, server, run_dir)
+            return code
+        if cfg.vllm.nodes:  # the server is the last node: start training once it answers
+            waited = wait_healthy(health_url(cfg), cfg.vllm.server_timeout)
+            log.info("serving node %s healthy after %.0fs", cfg.vllm.server_host, waited)
+            if node.node_rank == 0:
+                serving.check_fingerprint(cfg)
         log.info("launching %d training process(es): %s", node.train_procs, " ".join(node.commands["train"]))
         trainer = _start(node.commands["train"], process_env(cfg, node.env["train"]))
         procs.append(trainer)
         output.follow(trainer)
-        return trainer.wait()
+        code = trainer.wait()
+        return code
     except KeyboardInterrupt:
-        return rundir.EXIT_INTERRUPTED
+        code = rundir.EXIT_INTERRUPTED
+        return code
+    except Mismatch:  # check_fingerprint told the serving node already
+        code = rundir.EXIT_HANG_PREVENTED
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for proc in reversed(procs):  # training first (it saves a checkpoint on SIGTERM), then its server
-            stop(proc, cfg.preemption.grace_s if proc is procs[-1] else STOP_GRACE_S)
+            stop(proc, cfg.preemption.grace_s if proc is procs[-1] and node.train_procs else STOP_GRACE_S)
         output.close()
+        if cfg.vllm.nodes and node.train_procs and node.node_rank == 0 and code != rundir.EXIT_HANG_PREVENTED:
+            status = rundir.read_summary(run_dir).get("status")
+            serving.send_stop(cfg, status if status not in (None, "running") else _STATUS_OF.get(code, "failed"))
+
+
+_STATUS_OF = {rundir.EXIT_OK: "completed", rundir.EXIT_INTERRUPTED: "interrupted", rundir.EXIT_PREEMPTED: "preempted"}
 
 
 def _raise_interrupt(*_):

@@ -5,7 +5,8 @@ Rules (the multi-node failures in the field are all placement errors):
 - vllm=server: `vllm.gpus` GPUs on node 0 (the first indices, as in TRL's docs) run `trl
   vllm-serve`; they never train. Other nodes train on all their GPUs (2x8 -> 7+8 processes), or,
   with `topology.symmetric=true`, leave the same GPUs idle (7+7) for platforms that need equal
-  nodes.
+  nodes. With `vllm.nodes=1` the last node only serves, on all its GPUs (TP per engine, data
+  parallel over the rest), and every other node trains on all of its GPUs (TRL's 4+1 layout).
 - vllm=colocate / off: every GPU trains (colocated vLLM shares each GPU by gpu_memory_utilization).
 - One process per training GPU, never nn.DataParallel; training processes never see a vLLM GPU
   (CUDA_VISIBLE_DEVICES per role; the worker's startup guard re-checks it).
@@ -50,23 +51,29 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
     """The plan for `cfg`; `detected_gpus` matters only where the topology does not say."""
     topo, vllm = cfg.topology, cfg.vllm
     gpus = gpus_per_node(cfg, detected_gpus)
-    server = vllm.mode == "server" and gpus > 0
-    reserved = vllm.gpus if server else 0
+    server = vllm.mode == "server" and (gpus > 0 or standin_server() is not None)
+    dedicated = vllm.nodes if server else 0  # serving nodes, the last ones
+    serving_node = (topo.nnodes - 1 if dedicated else 0) if server else None
+    reserved = (gpus if dedicated else (vllm.gpus or 1)) if server else 0
     nodes = []
     for node_rank in range(topo.nnodes):
-        leaves_idle = reserved if (node_rank == 0 or topo.symmetric) else 0
+        if dedicated and node_rank == serving_node:
+            nodes.append(NodePlan(node_rank, 0, [], list(range(gpus))))
+            continue
+        leaves_idle = reserved if not dedicated and (node_rank == 0 or topo.symmetric) else 0
         train_gpus = list(range(leaves_idle, gpus))
-        vllm_gpus = list(range(reserved)) if node_rank == 0 else []
+        vllm_gpus = list(range(reserved)) if node_rank == serving_node else []
         procs = len(train_gpus) if gpus else topo.cpu_procs
         nodes.append(NodePlan(node_rank, procs, train_gpus, vllm_gpus))
     world_size = sum(n.train_procs for n in nodes)
     for node in nodes:
         node.env = _env(cfg, node)
-        node.commands = {"train": train_command(cfg, node, config_path)}
-        if node.vllm_gpus:
+        if node.train_procs:
+            node.commands["train"] = train_command(cfg, node, config_path, training_nodes=topo.nnodes - dedicated)
+        if node.vllm_gpus or (server and node.node_rank == serving_node):
             from grpo_exp.vllm_server import serve_command
 
-            node.commands["vllm"] = serve_command(cfg)
+            node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)))
     return Plan(
         world_size=world_size,
         device="cuda" if gpus else "cpu",
@@ -74,11 +81,22 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
         nodes=nodes,
         vllm={
             "mode": vllm.mode,
-            "server_node": 0 if server else None,
+            "server_node": serving_node,
+            "nodes": dedicated,
             "gpus": reserved,
             "tensor_parallel_size": vllm.tensor_parallel_size,
         },
     )
+
+
+def standin_server() -> list[str] | None:
+    """GRPO_EXP_VLLM_STANDIN: a command that plays `trl vllm-serve` where vLLM cannot run (the CPU
+    rehearsal of a serving node in tests/test_dedicated_vllm.py). Its workers generate without vLLM."""
+    import os
+    import shlex
+
+    command = os.environ.get("GRPO_EXP_VLLM_STANDIN")
+    return shlex.split(command) if command else None
 
 
 def _env(cfg: DictConfig, node: NodePlan) -> dict[str, dict[str, str]]:
@@ -101,17 +119,17 @@ def _env(cfg: DictConfig, node: NodePlan) -> dict[str, dict[str, str]]:
     return env
 
 
-def train_command(cfg: DictConfig, node: NodePlan, config_path: str) -> list[str]:
+def train_command(cfg: DictConfig, node: NodePlan, config_path: str, training_nodes: int) -> list[str]:
     topo = cfg.topology
-    if topo.nnodes == 1 and node.train_procs == 1:
+    if training_nodes == 1 and node.train_procs == 1:
         return [sys.executable, *WORKER, config_path]
     run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={node.train_procs}"]
-    if topo.nnodes == 1:
+    if training_nodes == 1:
         # single node: rendezvous on a free local port, so concurrent runs never collide
         return [*run, "--standalone", *WORKER, config_path]
     return [
         *run,
-        f"--nnodes={topo.nnodes}",
+        f"--nnodes={training_nodes}",  # a dedicated serving node is not part of the training world
         f"--node-rank={node.node_rank}",
         f"--master-addr={topo.master_addr}",
         f"--master-port={topo.master_port}",
@@ -128,7 +146,8 @@ def describe(plan: Plan) -> str:
     for n in plan.nodes:
         gpus = f"GPUs {_span(n.train_gpus)}" if n.train_gpus else "CPU"
         vllm = f", vLLM server on GPUs {_span(n.vllm_gpus)}" if n.vllm_gpus else ""
-        lines.append(f"  node {n.node_rank}: {n.train_procs} training process(es) on {gpus}{vllm}")
+        role = f"serving only: vLLM on GPUs {_span(n.vllm_gpus)}" if not n.train_procs else f"{n.train_procs} training process(es) on {gpus}{vllm}"
+        lines.append(f"  node {n.node_rank}: {role}")
         for role, argv in n.commands.items():
             env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k == "CUDA_VISIBLE_DEVICES")
             lines.append(f"    {role}: {env + ' ' if env else ''}{' '.join(argv)}")

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 from grpo_exp.errors import Problem
 
 AUTO = "auto"
-VLLM_PORTS = {"vllm.server_port": 8000, "vllm.group_port": 51216}  # key -> TRL's default
+VLLM_PORTS = {"vllm.server_port": 8000, "vllm.group_port": 51216, "vllm.agent_port": 51217}  # key -> multi-node default (TRL's)
 
 
 def is_free(port: int) -> bool:

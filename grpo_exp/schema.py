@@ -103,7 +103,13 @@ class VllmConfig(VllmFields):
     """GRPOConfig's `vllm_*` fields without the prefix (generated: trl_schema.py), plus grpo_exp's own."""
 
     mode: str = "off"  # off | colocate | server  (off -> use_vllm=False, else vllm_mode)
-    gpus: int = 0  # GPUs given to the `trl vllm-serve` process (server mode only)
+    # GPUs of node 0 given to the `trl vllm-serve` process (server mode); null = 1. With
+    # vllm.nodes=1 the serving node serves on all its GPUs instead.
+    gpus: Optional[int] = None
+    # Dedicated serving nodes: 1 = the last node only serves (all its GPUs, tensor_parallel_size per
+    # engine, data parallel over the rest), the other nodes train on all theirs. 0 = the server on
+    # vllm.gpus of node 0. TRL 1.16's client talks to one server, so at most 1.
+    nodes: int = 0
     server_host: Optional[str] = None  # where trainers reach the server; null = node 0 (MASTER_ADDR)
     # The address `trl vllm-serve` listens on. TRL's server has no authentication: whoever reaches
     # it can generate or replace the policy's weights. null = 127.0.0.1 when every trainer runs on
@@ -113,6 +119,9 @@ class VllmConfig(VllmFields):
     # before the config is frozen (single-node runs); a multi-node run names them (grpo_exp/ports.py).
     server_port: Any = "auto"
     group_port: Any = "auto"
+    # Dedicated serving node (vllm.nodes=1): its driver answers the training nodes here (its config
+    # fingerprint, and the stop at the end of the run). auto as the ports above (multi-node: 51217).
+    agent_port: Any = "auto"
 
 
 @dataclass

@@ -106,6 +106,8 @@ def node_task(config_path: str) -> int:
     # the rendezvous (and vLLM server) address. node_rank is left out of the fingerprint check.
     cfg.topology.node_rank = env.global_rank
     cfg.topology.master_addr = env.hostnames[0] if len(env.hostnames) > 1 else "127.0.0.1"
+    if cfg.vllm.nodes:  # the last node serves: trainers reach it, and it listens, at its own address
+        cfg.vllm.server_host = env.hostnames[-1]
     run_dir = Path(config_path).parent
     plan = placement.make_plan(cfg, config_path, detected_gpus=launch.visible_gpus())
     log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"

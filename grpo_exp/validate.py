@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import data, model_info, ports
+from grpo_exp import data, model_info, placement, ports
 from grpo_exp.errors import Problem, unknown_key
 from grpo_exp.trl_schema import CHOICES as ENUM_CHOICES
 from grpo_exp.trl_schema import DICT_FIELDS
@@ -304,13 +304,18 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
     problems = []
     if not 0 <= topo.node_rank < topo.nnodes:
         problems.append(Problem("topology.node_rank", f"is {topo.node_rank}, outside 0..{topo.nnodes - 1}", "set topology.node_rank (or NODE_RANK) to this node's index"))
-    if v.mode == "server":
-        if plan.gpus_per_node == 0:
+    if v.nodes:
+        problems += check_serving_nodes(cfg, plan)
+    elif v.mode == "server":
+        gpus = v.gpus or 1
+        if plan.gpus_per_node == 0 and placement.standin_server() is None:
             problems.append(Problem("vllm.mode", "server mode needs GPUs; this topology has none", "use vllm=off on CPU"))
-        elif v.gpus < 1 or v.gpus % v.tensor_parallel_size:
-            problems.append(Problem("vllm.gpus", f"is {v.gpus}; the server needs a positive multiple of vllm.tensor_parallel_size={v.tensor_parallel_size}", f"set vllm.gpus={v.tensor_parallel_size}"))
-        elif v.gpus >= plan.gpus_per_node:
-            problems.append(Problem("vllm.gpus", f"reserves {v.gpus} of node 0's {plan.gpus_per_node} GPUs, leaving none to train", f"set vllm.gpus below {plan.gpus_per_node}, or use vllm=colocate"))
+        elif plan.gpus_per_node == 0:
+            pass  # the CPU rehearsal's stand-in server
+        elif gpus % v.tensor_parallel_size:
+            problems.append(Problem("vllm.gpus", f"is {gpus}; the server needs a positive multiple of vllm.tensor_parallel_size={v.tensor_parallel_size}", f"set vllm.gpus={v.tensor_parallel_size}"))
+        elif gpus >= plan.gpus_per_node:
+            problems.append(Problem("vllm.gpus", f"reserves {gpus} of node 0's {plan.gpus_per_node} GPUs, leaving none to train", f"set vllm.gpus below {plan.gpus_per_node}, use vllm.nodes=1 with a node that only serves, or vllm=colocate"))
         if cfg.model.name_or_path is None:
             problems.append(Problem("vllm.mode", "the vLLM server loads the model by name; the tiny model has none", "use a real model (model=qwen0.5b) or vllm=off"))
     if v.mode == "colocate" and plan.world_size % v.tensor_parallel_size:
@@ -322,14 +327,35 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
     return problems
 
 
+def check_serving_nodes(cfg: DictConfig, plan) -> list[Problem]:
+    """vllm.nodes: the last node serves with all its GPUs (TRL's 4+1 layout for large models)."""
+    v, nnodes, gpus = cfg.vllm, cfg.topology.nnodes, plan.gpus_per_node
+    if v.mode != "server":
+        return [Problem("vllm.nodes", f"is {v.nodes}, but dedicated serving nodes run `trl vllm-serve` (vllm.mode is {v.mode})", "set vllm=server, or vllm.nodes=0")]
+    if v.nodes > 1:
+        return [Problem("vllm.nodes", f"is {v.nodes}; TRL 1.16's vLLM client talks to one server (one host and port), so requests cannot be spread over several serving nodes", "set vllm.nodes=1: one node serves, data parallel over its GPUs")]
+    if v.nodes >= nnodes:
+        return [Problem("vllm.nodes", f"{v.nodes} serving node(s) of topology.nnodes={nnodes} leaves no node to train", f"set topology.nnodes={v.nodes + 1} or more, or vllm.nodes=0 (the server on node 0's GPUs)")]
+    problems = []
+    if gpus and gpus % v.tensor_parallel_size:
+        problems.append(Problem("vllm.tensor_parallel_size", f"{v.tensor_parallel_size} does not divide the serving node's {gpus} GPUs", f"use a divisor of {gpus}"))
+    if v.gpus is not None and v.gpus != gpus:
+        problems.append(Problem("vllm.gpus", f"is {v.gpus}, but with vllm.nodes=1 the serving node serves on all its {gpus} GPUs", "set vllm.gpus=null, or vllm.nodes=0 to serve on vllm.gpus of node 0"))
+    if gpus == 0 and placement.standin_server() is None:
+        problems.append(Problem("vllm.nodes", "a serving node needs GPUs; this topology has none", "use vllm=off on CPU"))
+    return problems
+
+
 def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
     """What this machine can run: action=run starts this node's share here."""
     problems = []
     wanted = cfg.topology.gpus_per_node
     if wanted is not None and wanted > gpus:
         problems.append(Problem("topology.gpus_per_node", f"asks for {wanted} GPUs; this machine has {gpus}", "use topology=local (adapts to this machine), or action=plan to only plan"))
-    if cfg.vllm.mode != "off" and gpus == 0:
+    if cfg.vllm.mode != "off" and gpus == 0 and placement.standin_server() is None:
         problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here, or action=plan to only plan"))
+    if cfg.vllm.nodes and cfg.launcher.name == "local" and cfg.vllm.server_host is None:
+        problems.append(Problem("vllm.server_host", f"is required with vllm.nodes=1 and launcher=local: the trainers reach the serving node (node {cfg.topology.nnodes - 1}) there, and it listens there", "set vllm.server_host=<the serving node's address> on every node (launcher=slurm fills it in from the job's hosts)"))
     return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
 
 

@@ -12,21 +12,24 @@ import urllib.request
 
 from omegaconf import DictConfig
 
+from grpo_exp import placement
+
 
 class ServerNotReady(RuntimeError):
     pass
 
 
-def serve_command(cfg: DictConfig) -> list[str]:
+def serve_command(cfg: DictConfig, gpus: int) -> list[str]:
+    """`trl vllm-serve` on `gpus` GPUs: engines of vllm.tensor_parallel_size, data parallel over the rest."""
     v = cfg.vllm
-    trl = shutil.which("trl") or f"{sys.executable} -m trl"
+    standin = placement.standin_server()
+    trl = [*standin] if standin else (shutil.which("trl") or f"{sys.executable} -m trl").split()
     argv = [
-        *trl.split(),
+        *trl,
         "vllm-serve",
         f"--model={cfg.model.name_or_path}",
         f"--tensor_parallel_size={v.tensor_parallel_size}",
-        # every reserved GPU serves: gpus / TP engine replicas
-        f"--data_parallel_size={max(1, v.gpus // v.tensor_parallel_size)}",
+        f"--data_parallel_size={max(1, gpus // v.tensor_parallel_size)}",
         f"--gpu_memory_utilization={v.gpu_memory_utilization}",
         f"--dtype={cfg.model.dtype}",
         f"--host={bind_address(cfg)}",
@@ -39,9 +42,12 @@ def serve_command(cfg: DictConfig) -> list[str]:
 
 def bind_address(cfg: DictConfig) -> str:
     """Where the server listens: TRL's server has no authentication, so only where trainers are.
-    Loopback when they all run on its node, else node 0's address on the cluster network."""
+    Loopback when they all run on its node; a dedicated serving node its own address (the one the
+    trainers are given, vllm.server_host); else node 0's address on the cluster network."""
     if cfg.vllm.server_bind is not None:
         return cfg.vllm.server_bind
+    if cfg.vllm.nodes:
+        return cfg.vllm.server_host or "<vllm.server_host: the serving node's address>"
     return "127.0.0.1" if cfg.topology.nnodes == 1 else str(cfg.topology.master_addr)
 
 

@@ -32,14 +32,14 @@ def test_every_gpu_trains_without_a_server(vllm):
     assert shape(plan_for("topology=2x8", f"vllm={vllm}")) == [(0, 8, ALL8, []), (1, 8, ALL8, [])]
     plan = plan_for("topology=4x8", f"vllm={vllm}")
     assert shape(plan) == [(r, 8, ALL8, []) for r in range(4)] and plan.world_size == 32
-    assert plan.vllm == {"mode": vllm, "server_node": None, "gpus": 0, "tensor_parallel_size": 1}
+    assert plan.vllm == {"mode": vllm, "server_node": None, "nodes": 0, "gpus": 0, "tensor_parallel_size": 1}
 
 
 def test_server_on_node_0_gives_7_plus_8():
     plan = plan_for("topology=2x8", "vllm=server")
     assert shape(plan) == [(0, 7, list(range(1, 8)), [0]), (1, 8, ALL8, [])]
     assert plan.world_size == 15
-    assert plan.vllm == {"mode": "server", "server_node": 0, "gpus": 1, "tensor_parallel_size": 1}
+    assert plan.vllm == {"mode": "server", "server_node": 0, "nodes": 0, "gpus": 1, "tensor_parallel_size": 1}
 
 
 def test_symmetric_gives_7_plus_7():
@@ -52,7 +52,7 @@ def test_server_with_tensor_parallel_2():
     plan = plan_for("topology=4x8", "vllm=server", "vllm.gpus=2", "vllm.tensor_parallel_size=2")
     assert shape(plan) == [(0, 6, list(range(2, 8)), [0, 1])] + [(r, 8, ALL8, []) for r in (1, 2, 3)]
     assert plan.world_size == 30
-    assert plan.vllm == {"mode": "server", "server_node": 0, "gpus": 2, "tensor_parallel_size": 2}
+    assert plan.vllm == {"mode": "server", "server_node": 0, "nodes": 0, "gpus": 2, "tensor_parallel_size": 2}
     assert "--tensor_parallel_size=2" in plan.nodes[0].commands["vllm"]
     assert "--data_parallel_size=1" in plan.nodes[0].commands["vllm"]
 
@@ -156,7 +156,7 @@ def test_vllm_serve_argv_parses_with_trls_own_parser():
 
     cfg = compose_cfg("model=qwen7b", "vllm=server", "vllm.gpus=4", "vllm.tensor_parallel_size=2", "vllm.max_model_length=4096")
     ports.resolve_auto(cfg)  # the driver does this before anything names the ports
-    argv = vllm_server.serve_command(cfg)
+    argv = vllm_server.serve_command(cfg, gpus=cfg.vllm.gpus)
     args, extra = make_parser().parse_args_and_config(args=argv[argv.index("vllm-serve") + 1 :], return_remaining_strings=True)
     assert extra == []
     assert (args.model, args.tensor_parallel_size, args.data_parallel_size) == ("Qwen/Qwen2.5-7B-Instruct", 2, 2)

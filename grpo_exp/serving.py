@@ -1,0 +1,118 @@
+"""A dedicated serving node (vllm.nodes=1): its driver runs `trl vllm-serve` on all its GPUs and a
+small agent beside it, and the training nodes talk to that agent.
+
+The serving node is outside the training process group, so the fingerprint check that stops
+mismatched training nodes (consistency.py) cannot reach it. Instead, before training starts, node
+0's driver fetches the serving node's config fingerprint from the agent (GET /fingerprint): a
+serving node started with another model, TP size or any other key stops both with exit 5 naming
+the keys, not a hang or a silent mix. When the run ends, however it ends, node 0's driver tells
+the agent (POST /stop) and the serving node stops its server and exits with the run's status.
+
+The agent listens where the vLLM server does (vllm_server.bind_address) on vllm.agent_port.
+"""
+
+import json
+import logging
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from omegaconf import DictConfig
+
+from grpo_exp import consistency, rundir
+from grpo_exp.vllm_server import bind_address
+
+log = logging.getLogger(__name__)
+
+
+def _fingerprint(cfg: DictConfig) -> dict:
+    return {"node_rank": int(cfg.topology.node_rank), "config": consistency.fingerprint(cfg)["config"]}
+
+
+class Agent:
+    """GET /fingerprint, POST /stop {status, error}: the serving node's side."""
+
+    def __init__(self, cfg: DictConfig):
+        self.fingerprint = _fingerprint(cfg)
+        self.stopped = threading.Event()
+        self.outcome: dict = {}
+        agent = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = json.dumps(agent.fingerprint).encode()
+                self.send_response(200 if self.path == "/fingerprint" else 404)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                if self.path != "/stop":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                outcome = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                agent.outcome = agent.outcome or outcome  # the first report of the end stands
+                self.send_response(200)
+                self.end_headers()
+                agent.stopped.set()
+
+            def log_message(self, *args):  # keep train.log for the run
+                pass
+
+        self.server = ThreadingHTTPServer((bind_address(cfg), int(cfg.vllm.agent_port)), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def serve_until_stopped(cfg: DictConfig, server, run_dir) -> int:
+    """Keep the vLLM server up until node 0 reports the run's end (or the server dies); record
+    that end in this node's summary.json and return its exit code."""
+    agent = Agent(cfg)
+    log.info("serving node ready: vLLM and its agent on %s (agent port %s)", bind_address(cfg), cfg.vllm.agent_port)
+    try:
+        while not agent.stopped.wait(timeout=1.0):
+            if server.poll() is not None:
+                rundir.write_summary(run_dir, status="failed", error=f"the vLLM server exited with code {server.returncode}; see train.log")
+                return rundir.EXIT_FAILED
+    finally:
+        agent.close()
+    status = agent.outcome.get("status", "failed")
+    rundir.write_summary(run_dir, status=status, error=agent.outcome.get("error"), note="dedicated serving node: the run's result is on node 0")
+    return rundir.STATUS_EXIT_CODES.get(status, rundir.EXIT_FAILED)
+
+
+def _agent_url(cfg: DictConfig, path: str) -> str:
+    return f"http://{cfg.vllm.server_host}:{cfg.vllm.agent_port}{path}"
+
+
+def check_fingerprint(cfg: DictConfig) -> None:
+    """Node 0, before training: raise consistency.Mismatch (and stop the serving node) if the
+    serving node runs another config."""
+    deadline = time.time() + cfg.vllm.server_timeout
+    while True:
+        try:
+            with urllib.request.urlopen(_agent_url(cfg, "/fingerprint"), timeout=5) as response:
+                theirs = json.loads(response.read())
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise consistency.Mismatch(f"the serving node's agent did not answer {_agent_url(cfg, '/fingerprint')} within vllm.server_timeout") from None
+            time.sleep(1.0)
+    problems = consistency.differences([_fingerprint(cfg), theirs], sections=("config",))
+    if problems:
+        message = "the serving node runs another config; start every node with the same command:\n  " + "\n  ".join(problems)
+        send_stop(cfg, "mismatch", message)
+        raise consistency.Mismatch(message)
+
+
+def send_stop(cfg: DictConfig, status: str, error: str | None = None) -> None:
+    """Node 0, at the end of the run: tell the serving node how it ended (best effort)."""
+    request = urllib.request.Request(_agent_url(cfg, "/stop"), data=json.dumps({"status": status, "error": error}).encode(), method="POST")
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except OSError as exc:
+        log.warning("could not tell the serving node that the run ended (%s); stop it by hand", exc)
