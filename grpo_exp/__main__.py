@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors, launch, model_info, placement, planner, ports, resume, rundir
+from grpo_exp import errors, launch, model_info, placement, planner, ports, report, resume, rundir
 from grpo_exp.consistency import STACKS, Mismatch
 from grpo_exp.schema import register_configs
 from grpo_exp.validate import validate
@@ -82,6 +82,11 @@ def run(cfg: DictConfig) -> float:
     # engine runs on its own GPUs, its memory estimate (peak_gib, components_gib, ...) in one object.
     vllm = {**placed["vllm"], **(memory["vllm"] or {})}
     rundir.write_json(run_dir / rundir.PLAN, {**placed, **memory, "vllm": vllm})
+    if cfg.action == "plan" and sweeping:  # a planning sweep: one line per trial, the table at the end
+        top = memory["suggestions"][0]["text"] if memory["suggestions"] else None
+        rundir.write_summary(run_dir, status="planned", fits=memory["fits"], suggestion=top, **planner.summary_keys(memory))
+        log.info("%s: %s, peak %.2f GiB per training process", run_dir.name, "fits" if memory["fits"] else "OOM", memory["train"]["peak_gib"])
+        return _done(rundir.EXIT_OK)
     print(placement.describe(plan))
     if cfg.action == "plan":
         planner.print_report(memory)
@@ -118,6 +123,8 @@ def run(cfg: DictConfig) -> float:
         code = rundir.EXIT_HANG_PREVENTED
     summary = _finish(run_dir, code, time.time() - started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
+    if not sweeping:  # a sweep ends with its table instead
+        report.print_report(run_dir, summary)
     return _done(summary["exit_code"], summary)
 
 

@@ -31,8 +31,16 @@ class Run:
         return self.summary.get("status", "unknown")
 
     @property
+    def planned(self) -> bool:
+        """A trial of a planning sweep (action=plan): predicted figures only."""
+        return self.status == "planned"
+
+    @property
     def peak_gib(self) -> float | None:
-        """The run's peak memory per training process: GPU reserved if measured, else host RSS."""
+        """The run's peak memory per training process: GPU reserved if measured, else host RSS;
+        for a planned trial, the planner's prediction."""
+        if self.planned:
+            return self.summary.get("plan/train/peak_gib")
         for stat in ("reserved_max", "device_used_max", "host_rss_max"):
             value = self.summary.get(f"memory/peak/train/{stat}_gib")
             if value is not None:
@@ -83,6 +91,13 @@ def swept_keys(runs: list[Run]) -> list[str]:
 
 def rows(runs: list[Run]) -> list[dict]:
     keys = swept_keys(runs)
+    if runs and all(run.planned for run in runs):  # a planning sweep: the planner's verdicts
+        return [{
+            "run": run.name, **{k: run.overrides.get(k, "") for k in keys},
+            "verdict": "fits" if run.summary.get("fits") else "OOM",
+            "plan GiB": run.summary.get("plan/train/peak_gib"), "vLLM GiB": run.summary.get("plan/vllm/peak_gib"),
+            "top fix": run.summary.get("suggestion") or "",
+        } for run in runs]
     out = []
     for run in runs:
         s = run.summary
@@ -116,9 +131,9 @@ def print_table(runs: list[Run], title: str = "runs") -> None:
         return
     table = Table(title=title)
     for column in data[0]:  # swept keys shown by their last part (num_generations), full in the HTML
-        table.add_column(column.rsplit(".", 1)[-1], justify="right" if column not in ("run", "status", "oom phase") else "left")
+        table.add_column(column.rsplit(".", 1)[-1], justify="right" if column not in ("run", "status", "verdict", "top fix", "oom phase") else "left")
     for row in data:
-        style = None if row["status"] == "completed" else "red"
+        style = None if row.get("status", row.get("verdict")) in ("completed", "fits") else "red"
         table.add_row(*(_fmt(v) for v in row.values()), style=style)
     Console(width=160).print(table)
 
@@ -147,11 +162,12 @@ def heatmap(runs: list[Run], path: Path) -> Path | None:
         if run.overrides.get(xk) not in xs or run.overrides.get(yk) not in ys:
             continue
         i, j = ys.index(run.overrides[yk]), xs.index(run.overrides[xk])
-        if run.status == "completed" and run.peak_gib is not None:
+        fitted = run.summary.get("fits") if run.planned else run.status == "completed"
+        if fitted and run.peak_gib is not None:
             grid[i, j] = run.peak_gib
             labels[i][j] = f"{run.peak_gib:.2f}"
         else:
-            labels[i][j] = FAILED_STATUSES.get(run.status, run.status)
+            labels[i][j] = "pred. OOM" if run.planned else FAILED_STATUSES.get(run.status, run.status)
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(xs), 1.2 + 0.9 * len(ys)))
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", origin="lower", aspect="auto")
     for i in range(len(ys)):
@@ -164,7 +180,7 @@ def heatmap(runs: list[Run], path: Path) -> Path | None:
     ax.set_yticks(range(len(ys)), ys)
     ax.set_xlabel(xk)
     ax.set_ylabel(yk)
-    ax.set_title("peak memory per training process (GiB)")
+    ax.set_title("predicted peak memory per training process (GiB)" if all(r.planned for r in runs) else "peak memory per training process (GiB)")
     fig.colorbar(image, ax=ax, label="GiB")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -185,7 +201,7 @@ def html_report(runs: list[Run], png: Path | None, path: Path, title: str) -> Pa
     data = rows(runs)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in data[0]) if data else ""
     body = "".join(
-        f"<tr class='{'ok' if r['status'] == 'completed' else 'bad'}'>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r.values()) + "</tr>"
+        f"<tr class='{'ok' if r.get('status', r.get('verdict')) in ('completed', 'fits') else 'bad'}'>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r.values()) + "</tr>"
         for r in data
     )
     image = f"<img alt='peak memory heatmap' src='data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}'>" if png else ""
@@ -199,6 +215,10 @@ def html_report(runs: list[Run], png: Path | None, path: Path, title: str) -> Pa
 
 
 def report(sources: list[str], out: Path | None = None, group: str | None = None) -> dict:
+    if len(sources) == 1 and (Path(sources[0]) / rundir.SUMMARY).exists():  # one run: its run report
+        from grpo_exp import report as run_report
+
+        run_report.print_report(Path(sources[0]))
     runs = load(sources, group)
     title = ", ".join(sources)
     print_table(runs, title)

@@ -9,6 +9,7 @@ goes to the terminal and to train.log.
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,13 +49,17 @@ def needs_hub(cfg: DictConfig) -> bool:
     model = cfg.model.name_or_path
     data = cfg.data.path
     model_from_hub = model is not None and not Path(model).expanduser().exists()
-    data_from_hub = data is not None and not data.endswith((".json", ".jsonl"))
+    data_from_hub = data is not None and not Path(data).expanduser().exists()
     return model_from_hub or data_from_hub
 
 
-def process_env(cfg: DictConfig, role_env: dict[str, str]) -> dict[str, str]:
+def process_env(cfg: DictConfig, role_env: dict[str, str], procs: int = 1) -> dict[str, str]:
     env = {**os.environ, **role_env}
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    # torchrun warns and sets 1 thread per process when this is unset; say what we want instead
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, procs))))
+    if "CUDA_VISIBLE_DEVICES" not in role_env and visible_gpus() == 0:
+        env.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed would warn that it fell back to the CPU
     if not needs_hub(cfg):
         env["HF_HUB_OFFLINE"] = "1"  # the default path must never touch a hub
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -65,18 +70,35 @@ def process_env(cfg: DictConfig, role_env: dict[str, str]) -> dict[str, str]:
 
 
 class _Output:
-    """Copies each process's output, line by line, to the terminal and train.log."""
+    """Copies each process's output, line by line, to train.log and the terminal. A quiet console
+    (logger.console=quiet, the default) shows only the one-line progress of each logging step and
+    grpo_exp's own warnings and errors; everything else (TRL's metric dicts, library warnings, the
+    W&B footer) is in train.log."""
 
-    def __init__(self, path: Path):
+    _PROGRESS = re.compile(r"\[rank\d+\] \S+ INFO grpo_exp\.progress: (.*)$")  # after tqdm's \r, if any
+    _OURS = re.compile(r"^\[rank\d+\] \S+ (WARNING|ERROR|CRITICAL) grpo_exp")
+
+    def __init__(self, path: Path, quiet: bool = False):
         self.file = open(path, "a")
+        self.quiet = quiet
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+
+    def _console(self, line: str) -> str | None:
+        if not self.quiet:
+            return line
+        progress = self._PROGRESS.search(line)
+        if progress:
+            return f"  {progress.group(1)}\n"
+        return line if self._OURS.match(line) else None
 
     def follow(self, proc: subprocess.Popen, prefix: str = "") -> None:
         def pump():
             for line in proc.stdout:
                 with self.lock:
-                    sys.stdout.write(prefix + line)
+                    shown = self._console(line)
+                    if shown is not None:
+                        sys.stdout.write(prefix + shown)
                     self.file.write(prefix + line)
                     self.file.flush()
 
@@ -104,7 +126,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     from grpo_exp import serving
     from grpo_exp.vllm_server import health_url, wait_healthy
 
-    output = _Output(log_path or run_dir / rundir.LOG)
+    output = _Output(log_path or run_dir / rundir.LOG, quiet=cfg.logger.console == "quiet")
     procs: list[subprocess.Popen] = []
     code = rundir.EXIT_FAILED
     # SIGTERM (timeout, a workflow tool) and SIGHUP (a closed terminal) end the run like Ctrl-C
@@ -126,7 +148,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
             if node.node_rank == 0:
                 serving.check_fingerprint(cfg)
         log.info("launching %d training process(es): %s", node.train_procs, " ".join(node.commands["train"]))
-        trainer = _start(node.commands["train"], process_env(cfg, node.env["train"]))
+        trainer = _start(node.commands["train"], process_env(cfg, node.env["train"], node.train_procs))
         procs.append(trainer)
         output.follow(trainer)
         code = trainer.wait()

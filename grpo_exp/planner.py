@@ -109,6 +109,14 @@ def lora_trainable(cfg: DictConfig) -> int:
                        m.intermediate_size, m.num_hidden_layers, m.vocab_size, cfg.peft.r, cfg.peft.target_modules)
 
 
+def activation_checkpointing(trainer: DictConfig) -> bool:
+    """Whether layers recompute their activations: transformers 5 reads `activation_checkpointing`
+    and falls back to its deprecated alias `gradient_checkpointing` (TRL's default: true) when unset."""
+    if trainer.activation_checkpointing is not None:
+        return bool(trainer.activation_checkpointing)
+    return bool(trainer.gradient_checkpointing)
+
+
 def capacity_bytes(cfg: DictConfig, plan) -> float:
     """A GPU's memory (on CPU runs, this machine's RAM shared by its training processes), or the
     memory.limit_gib cap when that is smaller."""
@@ -134,7 +142,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         batch=t.per_device_train_batch_size,
         steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
         completion=t.max_completion_length, prompt=prompt,
-        checkpointing=t.gradient_checkpointing,
+        checkpointing=activation_checkpointing(t),
         ref_model=t.beta > 0 and not cfg.peft.enabled,
         zero_stage=int(zero.get("stage", 0)) if ds else 0,
         offload_optimizer=bool(zero.get("offload_optimizer")),
@@ -318,7 +326,7 @@ def suggest(x: Inputs) -> list[dict]:
 
     bound("trainer.per_device_train_batch_size", "batch", 1, x.batch)
     if not x.checkpointing:
-        add("trainer.gradient_checkpointing", True, replace(x, checkpointing=True), "trainer.gradient_checkpointing=true")
+        add("trainer.activation_checkpointing", True, replace(x, checkpointing=True), "trainer.activation_checkpointing=true")
     bound("trainer.max_completion_length", "completion", 16, x.completion)
     bound("data.max_prompt_length", "prompt", 16, x.prompt)
     if x.ref_model:
@@ -366,6 +374,18 @@ def preflight(cfg: DictConfig, plan) -> dict:
         "suggestions": suggest(x),
         "notes": notes,
     }
+
+
+def summary_keys(memory: dict) -> dict:
+    """The plan's figures as summary.json keys (plan/<role>/peak_gib, .../<component>_gib, .../phases/<phase>_gib)."""
+    out = {}
+    for role in ("train", "vllm"):
+        r = memory.get(role)
+        if r and r.get("peak_gib") is not None:  # plan.json's vllm holds the placement even without an engine
+            out[f"plan/{role}/peak_gib"] = r["peak_gib"]
+            out.update({f"plan/{role}/{k}_gib": v for k, v in r["components_gib"].items()})
+            out.update({f"plan/{role}/phases/{k}_gib": v for k, v in r["phases_gib"].items()})
+    return out
 
 
 def print_report(memory: dict) -> None:

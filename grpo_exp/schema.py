@@ -194,6 +194,9 @@ class LoggerConfig:
     group: Optional[str] = None  # W&B group: defaults to the experiment name
     mode: str = "auto"  # auto (online with credentials, else offline) | online | offline
     tags: List[str] = field(default_factory=list)
+    # quiet: the console shows the plan, one line per logging step and the run report; TRL's metric
+    # dicts, library warnings and the W&B footer go to train.log only. full: everything, as printed.
+    console: str = "quiet"
 
 
 @dataclass

@@ -222,13 +222,14 @@ def aggregate(per_rank: list[dict[str, dict[str, float]]]) -> dict[str, float]:
 
 
 def run_peaks(metrics: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
-    """Fold one logging step's memory metrics into the whole run's maxima (summary keys)."""
+    """Fold one logging step's memory metrics into the whole run's maxima (summary keys): per role,
+    memory/peak/<role>/<stat>_gib, and per phase, memory/peak_phase/<phase>/<stat>_gib."""
     for key, value in metrics.items():
         match = re.fullmatch(r"memory/([a-z_]+)/(\w+_gib)", key)
         if match:
             role = VLLM if match.group(1) == VLLM else "train"
-            name = f"memory/peak/{role}/{match.group(2)}"
-            peaks[name] = max(peaks.get(name, value), value)
+            for name in (f"memory/peak/{role}/{match.group(2)}", f"memory/peak_phase/{match.group(1)}/{match.group(2)}"):
+                peaks[name] = max(peaks.get(name, value), value)
     return peaks
 
 

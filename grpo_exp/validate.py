@@ -31,6 +31,7 @@ CHOICES = {
     "data.loader": tuple(sorted(data.LOADERS)),
     "launcher.name": ("local", "slurm"),
     "logger.mode": ("auto", "online", "offline"),
+    "logger.console": ("quiet", "full"),
     "preflight.on_oom": ("refuse", "warn", "fit"),
     "trainer.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"),
     "trainer.scale_rewards": ("group", "batch", "none"),

@@ -18,9 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_exp import rundir
+from grpo_exp import planner, rundir
 
 log = logging.getLogger("grpo_exp")
+progress = logging.getLogger("grpo_exp.progress")  # the lines a quiet console shows (launch.py)
 
 
 def _setup_logging(rank: int) -> None:
@@ -122,6 +123,17 @@ def _numel(param) -> int:
     return getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 shards hold ds_numel
 
 
+def progress_line(step: int, max_steps: int, logs: dict) -> str:
+    """One short console line per logging step: step, loss, reward, the largest memory peak."""
+    peaks = {k: v for k, v in logs.items() if k.startswith("memory/") and k.endswith("_gib") and isinstance(v, (int, float))}
+    top = max(peaks, key=peaks.get, default=None)
+    peak = f"  peak {peaks[top]:.2f} GiB ({top.split('/')[1]} {top.split('/')[2].removesuffix('_gib')})" if top else ""
+    loss, reward = logs.get("loss"), logs.get("reward")
+    done = round(20 * step / max_steps) if max_steps > 0 else 0
+    return (f"[{'#' * done}{'.' * (20 - done)}] step {step}/{max_steps}" + (f"  loss {loss:.4f}" if isinstance(loss, float) else "")
+            + (f"  reward {reward:.3f}" if isinstance(reward, float) else "") + peak)
+
+
 def make_callback(run_dir: Path, rank: int, watchdog):
     """A TrainerCallback that mirrors every log() of rank 0 into metrics.jsonl (GRPOTrainer.log()
     has merged its reward/completion and our memory metrics into `logs` by then) and re-arms the
@@ -131,6 +143,7 @@ def make_callback(run_dir: Path, rank: int, watchdog):
     class RunDirCallback(TrainerCallback):
         def __init__(self):
             self.writer = rundir.MetricsWriter(run_dir) if rank == 0 else None
+            self.first_logs: dict = {}
             self.last_logs: dict = {}
 
         def on_train_begin(self, args, state, control, **kwargs):
@@ -147,6 +160,8 @@ def make_callback(run_dir: Path, rank: int, watchdog):
                 return
             if "train_runtime" not in logs:  # that one is Trainer's end-of-run summary, not a step
                 self.writer.write(state.global_step, logs)
+                self.first_logs = self.first_logs or dict(logs)
+                progress.info(progress_line(state.global_step, state.max_steps, logs))
             self.last_logs.update(logs)
 
     return RunDirCallback()
@@ -187,12 +202,7 @@ def _planned(run_dir: Path, measured: dict) -> dict:
     path = run_dir / rundir.PLAN
     if not path.exists():
         return {}
-    plan = json.loads(path.read_text())
-    out = {}
-    for role in ("train", "vllm"):
-        if (plan.get(role) or {}).get("peak_gib") is not None:
-            out[f"plan/{role}/peak_gib"] = plan[role]["peak_gib"]
-            out.update({f"plan/{role}/{k}_gib": v for k, v in plan[role]["components_gib"].items()})
+    out = planner.summary_keys(json.loads(path.read_text()))
     if "measured/train/model_states_gib" in measured and "plan/train/weights_gib" in out:
         predicted = sum(out[f"plan/train/{k}_gib"] for k in ("weights", "gradients", "optimizer"))
         out["plan_error/train/model_states_pct"] = 100 * (predicted - measured["measured/train/model_states_gib"]) / measured["measured/train/model_states_gib"]
@@ -274,7 +284,8 @@ def main(config_path: str) -> int:
             peaks = {k: max(v, previous.get(k, v)) for k, v in peaks.items()}
             summary = rundir.write_summary(
                 run_dir, **outcome, **peaks, **measured, **_planned(run_dir, measured),
-                final_metrics=callback.last_logs, worker_wall_s=round(time.time() - started, 3),
+                final_metrics=callback.last_logs, first_metrics=previous.get("first_metrics") or callback.first_logs,
+                worker_wall_s=round(time.time() - started, 3),
             )
             tracker.finish(summary, summary["exit_code"])
     return rundir.STATUS_EXIT_CODES[outcome["status"]]

@@ -92,7 +92,7 @@ def test_vllm_engine_that_cannot_hold_one_sequence_is_an_oom():
 ])
 @pytest.mark.parametrize("variant", ["ddp", "zero3", "colocate", "lora_ckpt"])
 def test_more_batch_or_length_never_lowers_a_peak(field, values, variant):
-    overrides = {"ddp": [], "zero3": ["deepspeed=zero3"], "colocate": ["vllm=colocate"], "lora_ckpt": ["peft=lora", "trainer.gradient_checkpointing=true"]}[variant]
+    overrides = {"ddp": [], "zero3": ["deepspeed=zero3"], "colocate": ["vllm=colocate"], "lora_ckpt": ["peft=lora", "trainer.activation_checkpointing=true"]}[variant]
     x = plan_inputs("model=qwen7b", "topology=1x8", *overrides)
     previous = None
     for value in values:
@@ -129,7 +129,7 @@ def test_known_cases_verdicts():
     assert first["fits"] and first["key"] == "trainer.per_device_train_batch_size"
     assert planner.estimate(dataclasses.replace(big, batch=first["value"])).fits
     assert not planner.estimate(dataclasses.replace(big, batch=first["value"] + 1)).fits
-    ckpt = next(s for s in fixes if s["key"] == "trainer.gradient_checkpointing")
+    ckpt = next(s for s in fixes if s["key"] == "trainer.activation_checkpointing")
     assert ckpt["saves_gib"] > 100
 
 

@@ -66,7 +66,7 @@ def test_predicted_oom_trials_are_recorded_and_skipped(cli):
 def test_optuna_maximises_throughput(cli):
     result, sweep_dir = cli(
         "logger=none", "topology.cpu_procs=1", "trainer.max_steps=1", "+sweep=optuna", "hydra.sweeper.n_trials=2",
-        "hydra.sweeper.sampler.seed=0", "hydra.sweeper.params={trainer.per_device_train_batch_size:'choice(4,8)',trainer.gradient_checkpointing:'choice(true,false)'}",
+        "hydra.sweeper.sampler.seed=0", "hydra.sweeper.params={trainer.per_device_train_batch_size:'choice(4,8)',trainer.activation_checkpointing:'choice(true,false)'}",
         multirun=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]

@@ -68,13 +68,14 @@ def test_run_peaks_keep_the_maximum_per_stat():
     telemetry.run_peaks({"memory/train/host_rss_max_gib": 1.0, "memory/train/host_rss_max_gib_mean": 9.0}, peaks)
     telemetry.run_peaks({"memory/generate/host_rss_max_gib": 2.0, "memory/alloc_retries": 3}, peaks)
     telemetry.run_peaks({"memory/train/host_rss_max_gib": 1.5}, peaks)
-    assert peaks == {"memory/peak/train/host_rss_max_gib": 2.0}
+    assert peaks == {"memory/peak/train/host_rss_max_gib": 2.0, "memory/peak_phase/train/host_rss_max_gib": 1.5,
+                     "memory/peak_phase/generate/host_rss_max_gib": 2.0}
 
 
 def test_vllm_server_memory_is_its_own_role():
     peaks = {}
     telemetry.run_peaks({"memory/vllm/device_used_max_gib": 70.0, "memory/train/device_used_max_gib": 50.0}, peaks)
-    assert peaks == {"memory/peak/vllm/device_used_max_gib": 70.0, "memory/peak/train/device_used_max_gib": 50.0}
+    assert {k: v for k, v in peaks.items() if k.startswith("memory/peak/")} == {"memory/peak/vllm/device_used_max_gib": 70.0, "memory/peak/train/device_used_max_gib": 50.0}
 
 
 def test_no_vllm_probe_without_nvml_or_reserved_gpus(monkeypatch):

@@ -4,9 +4,12 @@ another (per_device_train_batch_size) that runs without OOM, found by bisection.
 The memory planner seeds each bisection: the first trial is the largest batch it predicts to fit,
 so a good prediction settles an axis value in about two launches instead of the whole column of
 the grid. A trial "fits" when its summary.json says completed; oom, predicted_oom and failed
-trials do not. Results go to <sweep dir>/frontier.json. Used through sweeps/frontier.yaml:
+trials do not. With action=plan nothing launches: each trial is the planner's verdict, so the
+result is the planner's frontier (what fits on a cluster, answered on a laptop). Results go to
+<sweep dir>/frontier.json. Used through sweeps/frontier.yaml:
 
     python -m grpo_exp +sweep=frontier model=qwen7b topology=1x8
+    python -m grpo_exp +sweep=frontier model=qwen7b topology=1x8 action=plan
 """
 
 import json
@@ -101,5 +104,8 @@ def _trial(result: JobReturn, axis, batch) -> dict:
     from grpo_exp import rundir
 
     run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
-    status = rundir.read_summary(run_dir).get("status", "failed")
-    return {"axis": axis, "batch": batch, "status": status, "fits": status == "completed", "run_dir": str(run_dir)}
+    summary = rundir.read_summary(run_dir)
+    status = summary.get("status", "failed")
+    # with action=plan every trial is the planner's verdict: the frontier it predicts, nothing launched
+    fits = bool(summary.get("fits")) if status == "planned" else status == "completed"
+    return {"axis": axis, "batch": batch, "status": status, "fits": fits, "run_dir": str(run_dir)}

@@ -1,0 +1,87 @@
+"""The run report: what a run was, from its summary.json alone, as one compact terminal table.
+
+Printed by the driver at the end of every run, and by `python -m grpo_exp.compare <run dir>`:
+status, steps, reward first -> last, tokens/s, the time share of each phase, and per role and
+phase the measured peak beside the planner's with the error; for an OOM, where and how much.
+"""
+
+from pathlib import Path
+
+from grpo_exp import rundir
+from grpo_exp.telemetry import PHASES, VLLM
+
+# The measured stat a report shows: the caching allocator on a GPU, the process's RSS on a CPU.
+MEASURES = ("reserved_max", "device_used_max", "host_rss_max")
+
+
+def _measure(summary: dict) -> str:
+    return next((s for s in MEASURES if f"memory/peak/train/{s}_gib" in summary), "host_rss_max")
+
+
+def _gib(value) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def _error(measured, planned) -> str:
+    if not isinstance(measured, (int, float)) or not isinstance(planned, (int, float)) or not measured:
+        return "-"
+    return f"{100 * (planned - measured) / measured:+.0f}%"
+
+
+def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
+    """(role, phase, measured GiB, planned GiB, planner error) for every phase with either value."""
+    stat = _measure(summary)
+    rows = []
+    for phase in PHASES:
+        measured = summary.get(f"memory/peak_phase/{phase}/{stat}_gib")
+        planned = summary.get(f"plan/train/phases/{phase}_gib")
+        if measured is not None or planned is not None:
+            rows.append(("train", phase, _gib(measured), _gib(planned), _error(measured, planned)))
+    rows.append(("train", "peak", _gib(summary.get(f"memory/peak/train/{stat}_gib")), _gib(summary.get("plan/train/peak_gib")),
+                 _error(summary.get(f"memory/peak/train/{stat}_gib"), summary.get("plan/train/peak_gib"))))
+    vllm = summary.get(f"memory/peak/{VLLM}/device_used_max_gib")
+    if vllm is not None or summary.get("plan/vllm/peak_gib") is not None:
+        rows.append((VLLM, "generate", _gib(vllm), _gib(summary.get("plan/vllm/peak_gib")), _error(vllm, summary.get("plan/vllm/peak_gib"))))
+    return rows
+
+
+def headline(summary: dict) -> list[str]:
+    first, last = (summary.get("first_metrics") or {}).get("reward"), (summary.get("final_metrics") or {}).get("reward")
+    parts = [f"{summary.get('status', 'unknown')} (exit {summary.get('exit_code')})"]
+    if summary.get("global_step") is not None:
+        parts.append(f"{summary['global_step']} steps")
+    if summary.get("wall_s") is not None:
+        parts.append(f"{summary['wall_s']:.1f} s")
+    if isinstance(first, (int, float)) and isinstance(last, (int, float)):
+        parts.append(f"reward {first:.3f} -> {last:.3f}")
+    if summary.get("throughput/tokens_per_s") is not None:
+        parts.append(f"{summary['throughput/tokens_per_s']:,.0f} tokens/s")
+    lines = [" | ".join(parts)]
+    shares = [f"{p} {100 * summary[f'time/{p}_share']:.0f}%" for p in PHASES if summary.get(f"time/{p}_share")]
+    if shares:
+        lines.append("time: " + " | ".join(shares))
+    oom = summary.get("oom")
+    if oom:
+        requested = oom.get("requested_bytes")
+        lines.append(f"OOM in phase {oom.get('phase')} on rank {oom.get('rank')} ({oom.get('kind')})"
+                     + (f": {requested / 2**30:.2f} GiB requested" if requested else ""))
+    elif summary.get("error") and summary.get("status") != "completed":
+        lines.append(str(summary["error"]).splitlines()[0][:180])
+    return lines
+
+
+def print_report(run_dir: Path, summary: dict | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    summary = summary if summary is not None else rundir.read_summary(run_dir)
+    console = Console(width=120)
+    console.print(f"[bold]run report[/] {run_dir}")
+    for line in headline(summary):
+        console.print(f"  {line}")
+    table = Table(title=f"peak memory per process (GiB, {_measure(summary)}; max over ranks) - measured vs planned", title_justify="left")
+    for column, justify in (("role", "left"), ("phase", "left"), ("measured", "right"), ("planned", "right"), ("plan error", "right")):
+        table.add_column(column, justify=justify)
+    for row in memory_rows(summary):
+        table.add_row(*row)
+    console.print(table)
