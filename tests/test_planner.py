@@ -143,7 +143,7 @@ def test_action_plan_prints_the_breakdown_and_writes_memory_fields(cli):
     assert plan["fits"] is False and plan["errors"] == []
     assert set(plan["train"]) >= {"peak_gib", "capacity_gib", "components_gib", "phases_gib"}
     assert set(plan["train"]["phases_gib"]) == {"generate", "score", "train", "optimizer"}
-    assert plan["vllm"] == {"mode": "off", "server_node": None, "gpus": 0, "tensor_parallel_size": 1}  # no engine memory
+    assert plan["vllm"] == {"mode": "off", "server_node": None, "nodes": 0, "gpus": 0, "tensor_parallel_size": 1}  # no engine memory
     assert plan["suggestions"][0]["fits"]
 
 
