@@ -1,11 +1,13 @@
 # Two commands for a fresh machine with Python >= 3.10:
 #   make demo   set up .venv and run the default experiment (tiny model, a few real GRPO steps)
-#   make test   set up .venv and run the test suite
+#   make test   set up .venv and run the test suite (what CI runs)
+#   make test-fast  the edit-test loop: everything but the tests that launch training (< 1 min)
+#   make lint   ruff with the project's configuration (pyproject.toml)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test setup clean
+.PHONY: demo test test-fast lint setup clean
 
 setup: $(VENV)/.installed
 
@@ -21,8 +23,14 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 demo: setup
 	$(PY) -m grpo_exp
 
-test: setup
+test: setup lint
 	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not e2e" -q
+
+lint: setup
+	$(PY) -m ruff check .
 
 clean:
 	rm -rf $(VENV) outputs/*/ .pytest_cache

@@ -27,7 +27,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import errors, launch, model_info, placement, planner, ports, report, resume, rundir
@@ -76,6 +76,8 @@ def run(cfg: DictConfig) -> float:
         return _done(rundir.EXIT_INVALID)
 
     memory = planner.preflight(cfg, plan)
+    if not memory["fits"] and cfg.preflight.on_oom == "fit":
+        memory = _fit(cfg, plan, memory)
     rundir.freeze_config(cfg, run_dir)
     placed = plan.to_dict()
     # plan.json "vllm": the placement (mode, server_node, gpus, tensor_parallel_size) and, when an
@@ -92,10 +94,14 @@ def run(cfg: DictConfig) -> float:
         planner.print_report(memory)
         log.info("plan written to %s", run_dir / rundir.PLAN)
         return _done(rundir.EXIT_OK)
+    if cfg.preflight.fitted:
+        rundir.write_summary(run_dir, preflight_fit=[{"key": k, "old": o, "new": n} for k, o, n in _fitted_changes(cfg)])
     if not memory["fits"]:
         planner.print_report(memory)
-        if cfg.preflight.on_oom == "refuse" and not cfg.sweep.run_predicted_oom:
-            summary = rundir.write_summary(run_dir, status="predicted_oom", wall_s=0.0, error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)", suggestions=memory["suggestions"])
+        if cfg.preflight.on_oom in ("refuse", "fit") and not cfg.sweep.run_predicted_oom:
+            summary = rundir.write_summary(
+                run_dir, status="predicted_oom", wall_s=0.0, error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)", suggestions=memory["suggestions"]
+            )
             log.error("refused: predicted OOM (exit %d); run with preflight.on_oom=warn to try anyway", summary["exit_code"])
             return _done(summary["exit_code"], summary)
         log.warning("preflight predicts an OOM; running anyway (preflight.on_oom=warn)")
@@ -126,6 +132,23 @@ def run(cfg: DictConfig) -> float:
     if not sweeping:  # a sweep ends with its table instead
         report.print_report(run_dir, summary)
     return _done(summary["exit_code"], summary)
+
+
+def _fit(cfg: DictConfig, plan, memory: dict) -> dict:
+    """Apply the planner's change that fits and keeps the experiment (preflight.on_oom=fit)."""
+    changes = planner.fit(cfg, plan)
+    if changes is None:
+        log.error("preflight.on_oom=fit: no change that keeps the experiment the same fits; the ranked fixes follow")
+        return memory
+    for key, old, new in changes:
+        OmegaConf.update(cfg, key, new, force_add=True)
+        cfg.preflight.fitted.append(f"{key}: {old} -> {new}")
+        log.warning("preflight.on_oom=fit: %s %s -> %s", key, old, new)
+    return planner.preflight(cfg, plan)
+
+
+def _fitted_changes(cfg: DictConfig) -> list[tuple[str, str, str]]:
+    return [(item.split(": ", 1)[0], *item.split(": ", 1)[1].split(" -> ", 1)) for item in cfg.preflight.fitted]
 
 
 def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan, list[errors.Problem]]:
@@ -165,18 +188,24 @@ def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
     stacks = sorted(p.name for p in (run_dir / STACKS).glob("rank*.txt")) if (run_dir / STACKS).is_dir() else []
     if stacks:
         return rundir.write_summary(
-            run_dir, status="stalled", wall_s=wall_s,
+            run_dir,
+            status="stalled",
+            wall_s=wall_s,
             error=f"no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: {', '.join(str(run_dir / STACKS / s) for s in stacks)}",
         )
     timeout = _RENDEZVOUS_TIMEOUT.search(log_text)
     if timeout:
         return rundir.write_summary(
-            run_dir, status="rendezvous_timeout", wall_s=wall_s,
+            run_dir,
+            status="rendezvous_timeout",
+            wall_s=wall_s,
             error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
             "command on every node with its topology.node_rank, and check topology.master_addr/master_port are reachable",
         )
     return rundir.write_summary(
-        run_dir, status="failed", wall_s=wall_s,
+        run_dir,
+        status="failed",
+        wall_s=wall_s,
         error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}",
     )
 
@@ -196,7 +225,8 @@ def reused_run_dir(run_dir: Path) -> errors.Problem | None:
     if held is None:
         return None
     return errors.Problem(
-        "hydra.run.dir", f"{run_dir} already holds a run (status: {held.get('status')}); a run dir belongs to one run",
+        "hydra.run.dir",
+        f"{run_dir} already holds a run (status: {held.get('status')}); a run dir belongs to one run",
         f"leave hydra.run.dir at its default (unique per run) or choose a new one; to continue that run: python -m grpo_exp resume={run_dir}",
     )
 

@@ -65,7 +65,6 @@ def panels_and_metrics():
 def workspaces(project: str, entity: str, group: str | None):
     """The main view and the OOM view (its runs table: status oom, with phase, rank, bytes)."""
     import wandb_workspaces.workspaces as ws
-
     from wandb_workspaces import expr
 
     in_group = [ws.Metric("Group") == group] if group else []

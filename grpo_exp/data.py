@@ -116,17 +116,18 @@ def drop_long_prompts(ds: "Dataset", tokenizer, max_tokens: int) -> "Dataset":
     dropped = len(ds) - len(kept)
     log.info(
         "data.max_prompt_length=%d: dropped %d of %d prompts (longest was %d tokens)",
-        max_tokens, dropped, len(ds), max(measured["prompt_tokens"], default=0),
+        max_tokens,
+        dropped,
+        len(ds),
+        max(measured["prompt_tokens"], default=0),
     )
     if len(kept) == 0:
-        raise ValueError(
-            f"data.max_prompt_length={max_tokens} dropped every prompt; the shortest has "
-            f"{min(measured['prompt_tokens'])} tokens. Raise data.max_prompt_length."
-        )
+        raise ValueError(f"data.max_prompt_length={max_tokens} dropped every prompt; the shortest has {min(measured['prompt_tokens'])} tokens. Raise data.max_prompt_length.")
     return kept
 
 
 # --- preflight: local files checked by the driver before launch -----------------------------
+
 
 class _Unreadable(Exception):
     """A local data source that cannot be read; carries the Problems to report."""
@@ -164,7 +165,9 @@ def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_colu
     listed = ", ".join(sorted(columns))
     problems = []
     if cfg.prompt_column not in columns:
-        problems.append(Problem("data.prompt_column", f"'{cfg.prompt_column}' is not a column of {where} (columns: {listed})", f"set data.prompt_column to the column holding prompts: one of {listed}"))
+        problems.append(
+            Problem("data.prompt_column", f"'{cfg.prompt_column}' is not a column of {where} (columns: {listed})", f"set data.prompt_column to the column holding prompts: one of {listed}")
+        )
     if cfg.answer_column != "answer" and cfg.answer_column in columns and "answer" in columns:
         problems.append(Problem("data.answer_column", f"renaming '{cfg.answer_column}' to 'answer' would replace the existing 'answer' column of {where}", "rename one of the columns in the data"))
     renamed = {"prompt": cfg.prompt_column, "answer": cfg.answer_column}
@@ -177,9 +180,21 @@ def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_colu
         if column in available:
             continue
         if column == "answer":
-            problems.append(Problem("data.answer_column", f"'{cfg.answer_column}' is not a column of {where} (columns: {listed}), and {', '.join(rewards)} need the reference answers", f"set data.answer_column to the column holding them, or remove {', '.join(rewards)}"))
+            problems.append(
+                Problem(
+                    "data.answer_column",
+                    f"'{cfg.answer_column}' is not a column of {where} (columns: {listed}), and {', '.join(rewards)} need the reference answers",
+                    f"set data.answer_column to the column holding them, or remove {', '.join(rewards)}",
+                )
+            )
         else:
-            problems.append(Problem(rewards[0], f"takes an argument `{column}`, which no column of {where} provides (columns: {listed})", f"add a column '{column}' to the data, or bind it in the config: {rewards[0]}.{column}=..."))
+            problems.append(
+                Problem(
+                    rewards[0],
+                    f"takes an argument `{column}`, which no column of {where} provides (columns: {listed})",
+                    f"add a column '{column}' to the data, or bind it in the config: {rewards[0]}.{column}=...",
+                )
+            )
     return problems
 
 
@@ -222,11 +237,13 @@ def _json_columns(path: Path, prompt_column: str) -> set[str]:
         raise _empty(path)
     not_objects = [n for n, row in numbered if not isinstance(row, dict)]
     if not_objects:
-        raise _Unreadable([Problem("data.path", f"{path} line {not_objects[0]} is not a JSON object ({len(not_objects)} such rows)", "give every row as an object: {\"prompt\": ..., \"answer\": ...}")])
+        raise _Unreadable([Problem("data.path", f"{path} line {not_objects[0]} is not a JSON object ({len(not_objects)} such rows)", 'give every row as an object: {"prompt": ..., "answer": ...}')])
     columns = {key for _, row in numbered for key in row}
     lacking = [n for n, row in numbered if prompt_column not in row]
     if prompt_column in columns and lacking:
-        raise _Unreadable([Problem("data.prompt_column", f"'{prompt_column}' is missing from {len(lacking)} row(s) of {path}, first at line {lacking[0]}", "give every row a prompt, or remove those rows")])
+        raise _Unreadable(
+            [Problem("data.prompt_column", f"'{prompt_column}' is missing from {len(lacking)} row(s) of {path}, first at line {lacking[0]}", "give every row a prompt, or remove those rows")]
+        )
     return columns
 
 
@@ -242,7 +259,9 @@ def _csv_columns(path: Path, prompt_column: str) -> set[str]:
                 continue
             rows += 1
             if len(row) != len(header):
-                raise _Unreadable([Problem("data.path", f"{path} line {reader.line_num} has {len(row)} fields; the header has {len(header)}", f"fix line {reader.line_num} (quote fields that contain commas)")])
+                raise _Unreadable(
+                    [Problem("data.path", f"{path} line {reader.line_num} has {len(row)} fields; the header has {len(header)}", f"fix line {reader.line_num} (quote fields that contain commas)")]
+                )
     if rows == 0:
         raise _empty(path)
     return set(header)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from omegaconf import DictConfig
 
-GIB = 2**30
+from grpo_exp import GIB
+
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
 CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl resident (measured here: ~0.5 GiB)
@@ -52,6 +53,7 @@ class Inputs:
     vllm_max_len: int
     vllm_sleep: bool
     ds3_gather_for_generation: bool
+    sub_group_size: float = 1e9  # ZeRO-3 zero_optimization.sub_group_size (DeepSpeed's default)
     device: str = "cuda"
 
     @property
@@ -152,6 +154,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         vllm_max_len=v.max_model_length or m.max_position_embeddings,
         vllm_sleep=v.enable_sleep_mode,
         ds3_gather_for_generation=t.ds3_gather_for_generation,
+        sub_group_size=float(zero.get("sub_group_size", 1e9)) if ds else 1e9,
     )
 
 
@@ -175,6 +178,10 @@ def model_states(x: Inputs) -> dict[str, float]:
     # at the optimizer step; ZeRO-1's full gradients during backward are `zero1_full_gradients`.
     grads16 = shard(trainable * tb)
     fp32_grads = 0 if tb == 4 else shard(trainable * 4)
+    if x.zero_stage == 3 and tb != 4:
+        # Stage 3 builds the fp32 gradients one sub-group at a time and frees each after its step
+        # (deepspeed/runtime/zero/stage3.py), so at most sub_group_size of them live at once.
+        fp32_grads = 4 * min(trainable / n, x.sub_group_size)
     optimizer = shard(trainable * 4) + shard(trainable * 8)  # master copy + Adam moments
     if x.offload_optimizer:
         optimizer, fp32_grads = 0.0, 0.0
@@ -356,6 +363,39 @@ def suggest(x: Inputs) -> list[dict]:
     for item in out:
         item["text"] += f" (saves {item['saves_gib']:.1f} GiB)" if item["saves_gib"] > 0 else ""
     return sorted(out, key=lambda s: (not s["fits"], -s["saves_gib"]))
+
+
+def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
+    """preflight.on_oom=fit: the changes (key, old, new) that make a predicted OOM fit while the
+    experiment stays the same, or None. First a smaller per-device batch with more accumulation
+    steps (the batch per optimizer step and the generation batch unchanged: the same updates,
+    more micro-steps), then memory-only switches (activation checkpointing, vLLM sleep mode,
+    optimizer offload), then both."""
+    x = inputs(cfg, plan)
+    t = cfg.trainer
+    switches = []
+    if not x.checkpointing:
+        switches.append(([("trainer.activation_checkpointing", t.activation_checkpointing, True)], {"checkpointing": True}))
+    if x.vllm_mode == "colocate" and not x.vllm_sleep:
+        switches.append(([("vllm.enable_sleep_mode", False, True)], {"vllm_sleep": True}))
+    if x.zero_stage >= 2 and not x.offload_optimizer:
+        switches.append(([("deepspeed.zero_optimization.offload_optimizer", None, {"device": "cpu", "pin_memory": True})], {"offload_optimizer": True}))
+
+    def split(b: int) -> tuple[list, dict]:
+        factor = x.batch // b
+        changes = [("trainer.per_device_train_batch_size", x.batch, b), ("trainer.gradient_accumulation_steps", t.gradient_accumulation_steps, t.gradient_accumulation_steps * factor)]
+        if t.steps_per_generation is not None:  # else it follows gradient_accumulation_steps
+            changes.append(("trainer.steps_per_generation", t.steps_per_generation, t.steps_per_generation * factor))
+        return changes, {"batch": b, "steps_per_generation": x.steps_per_generation * factor}
+
+    divisors = [b for b in range(x.batch - 1, 0, -1) if x.batch % b == 0]
+    candidates = [split(b) for b in divisors] + switches
+    for changes, fields in switches:  # a switch plus the largest split that then fits
+        candidates += [(changes + split(b)[0], {**fields, **split(b)[1]}) for b in divisors]
+    for changes, fields in candidates:
+        if estimate(replace(x, **fields)).fits:
+            return changes
+    return None
 
 
 def preflight(cfg: DictConfig, plan) -> dict:

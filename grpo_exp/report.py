@@ -7,7 +7,7 @@ phase the measured peak beside the planner's with the error; for an OOM, where a
 
 from pathlib import Path
 
-from grpo_exp import rundir
+from grpo_exp import GIB, rundir
 from grpo_exp.telemetry import PHASES, VLLM
 
 # The measured stat a report shows: the caching allocator on a GPU, the process's RSS on a CPU.
@@ -64,7 +64,7 @@ def headline(summary: dict) -> list[str]:
     if oom:
         requested = oom.get("requested_bytes")
         lines.append(f"OOM in phase {oom.get('phase')} on rank {oom.get('rank')} ({oom.get('kind')})"
-                     + (f": {requested / 2**30:.2f} GiB requested" if requested else ""))
+                     + (f": {requested / GIB:.2f} GiB requested" if requested else ""))
     elif summary.get("error") and summary.get("status") != "completed":
         lines.append(str(summary["error"]).splitlines()[0][:180])
     return lines

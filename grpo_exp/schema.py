@@ -209,7 +209,11 @@ class MemoryConfig:
 
 @dataclass
 class PreflightConfig:
-    on_oom: str = "refuse"  # refuse: a predicted OOM stops action=run with exit 3 | warn: run anyway
+    # A predicted OOM: refuse (exit 3) | warn (run anyway) | fit (apply the best change that keeps the
+    # experiment the same - batch per optimizer step, generation batch, num_generations - or only
+    # saves memory; exit 3 if none fits). Applied changes are listed in `fitted` ("key: old -> new").
+    on_oom: str = "refuse"
+    fitted: List[str] = field(default_factory=list)
 
 
 @dataclass

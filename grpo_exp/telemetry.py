@@ -21,7 +21,8 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
-GIB = 2**30
+from grpo_exp import GIB
+
 PHASES = ("generate", "reward", "score", "train", "optimizer", "weight_sync")
 VLLM = "vllm"  # the vLLM server's GPUs (server mode), read through NVML by rank 0: role and key
 
@@ -251,7 +252,7 @@ def gather(window: dict) -> list[dict]:
     windows = []
     for values in everyone:
         rank_window: dict = defaultdict(dict)
-        for (phase, stat), value in zip(_SLOTS, values.tolist()):
+        for (phase, stat), value in zip(_SLOTS, values.tolist(), strict=True):
             if value == value:  # not NaN
                 rank_window[phase][stat] = value
         windows.append(dict(rank_window))

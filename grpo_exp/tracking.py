@@ -5,8 +5,8 @@ into this run instead of creating its own, so the run carries our config, tags a
 """
 
 import netrc
-import secrets
 import os
+import secrets
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf

@@ -6,7 +6,7 @@ schema.OWNED_TRAINER_FIELDS names the key that sets each.
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, List, Optional
 
 TRL_VERSION = '1.16.0'
 

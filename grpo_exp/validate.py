@@ -133,10 +133,7 @@ def _is_number(value) -> bool:
 
 
 def check_required(cfg: DictConfig) -> list[Problem]:
-    return [
-        Problem(key, "is required and has no value", f"set it on the command line: {key}=...")
-        for key in OmegaConf.missing_keys(cfg)
-    ]
+    return [Problem(key, "is required and has no value", f"set it on the command line: {key}=...") for key in OmegaConf.missing_keys(cfg)]
 
 
 def check_unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Problem]:
@@ -190,24 +187,54 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
     t, v = cfg.trainer, cfg.vllm
     problems = []
     if t.sync_ref_model and t.beta == 0:
-        problems.append(Problem("trainer.sync_ref_model", "is true while trainer.beta is 0: no reference model is loaded, so there is nothing to sync (TRL refuses it)", "set trainer.beta > 0 (e.g. 0.04), or trainer.sync_ref_model=false"))
+        problems.append(
+            Problem(
+                "trainer.sync_ref_model",
+                "is true while trainer.beta is 0: no reference model is loaded, so there is nothing to sync (TRL refuses it)",
+                "set trainer.beta > 0 (e.g. 0.04), or trainer.sync_ref_model=false",
+            )
+        )
     if t.sync_ref_model and cfg.peft.enabled:
         problems.append(Problem("trainer.sync_ref_model", "is not supported with LoRA: the reference model is the frozen base (TRL refuses it)", "set trainer.sync_ref_model=false, or peft=none"))
     if t.auto_find_batch_size:
-        problems.append(Problem("trainer.auto_find_batch_size", "would break GRPO's prompt groups when it halves the batch (TRL refuses it)", "set it false; preflight.on_oom=fit shrinks the batch and keeps the groups"))
+        problems.append(
+            Problem(
+                "trainer.auto_find_batch_size",
+                "would break GRPO's prompt groups when it halves the batch (TRL refuses it)",
+                "set it false; preflight.on_oom=fit shrinks the batch and keeps the groups",
+            )
+        )
     if t.log_completions_hub_repo is not None and not t.log_completions:
         problems.append(Problem("trainer.log_completions_hub_repo", "is set while trainer.log_completions is false", "set trainer.log_completions=true, or null the repo"))
     if t.eval_strategy != "no" or t.do_eval:
-        problems.append(Problem("trainer.eval_strategy", f"is '{t.eval_strategy}', but grpo_exp builds no eval dataset yet (GRPOTrainer needs one to evaluate)", "set trainer.eval_strategy=no and trainer.do_eval=false"))
+        problems.append(
+            Problem(
+                "trainer.eval_strategy",
+                f"is '{t.eval_strategy}', but grpo_exp builds no eval dataset yet (GRPOTrainer needs one to evaluate)",
+                "set trainer.eval_strategy=no and trainer.do_eval=false",
+            )
+        )
     low, high = v.importance_sampling_clip_min, v.importance_sampling_clip_max
     if low is not None and high is not None and low >= high:
         problems.append(Problem("vllm.importance_sampling_clip_min", f"{low} is not below vllm.importance_sampling_clip_max {high}", "make clip_min < clip_max"))
     if v.mode != "off" and v.importance_sampling_correction and v.importance_sampling_mode.endswith("_truncate") and low is None and high is None:
-        problems.append(Problem("vllm.importance_sampling_clip_max", f"is null, but vllm.importance_sampling_mode={v.importance_sampling_mode} needs a bound", "set vllm.importance_sampling_clip_max (TRL's default is 3.0)"))
+        problems.append(
+            Problem(
+                "vllm.importance_sampling_clip_max",
+                f"is null, but vllm.importance_sampling_mode={v.importance_sampling_mode} needs a bound",
+                "set vllm.importance_sampling_clip_max (TRL's default is 3.0)",
+            )
+        )
     if "dtype" in (t.model_init_kwargs or {}):
         problems.append(Problem("trainer.model_init_kwargs.dtype", "is set by model.dtype (the planner sizes weights by it)", "use model.dtype=..."))
     if cfg.peft.enabled and "lm_head" in cfg.peft.target_modules:
-        problems.append(Problem("peft.target_modules", "includes lm_head: TRL computes log-probs from lm_head.weight directly, so an adapter there would never train (TRL refuses it)", "remove lm_head from peft.target_modules"))
+        problems.append(
+            Problem(
+                "peft.target_modules",
+                "includes lm_head: TRL computes log-probs from lm_head.weight directly, so an adapter there would never train (TRL refuses it)",
+                "remove lm_head from peft.target_modules",
+            )
+        )
     return problems
 
 
@@ -225,7 +252,11 @@ def check_rewards(cfg: DictConfig) -> list[Problem]:
             problems.append(Problem(f"data.rewards.{name}._target_", f"'{target}' is not an importable function", "name a function such as grpo_exp.rewards.correctness"))
     weights = cfg.trainer.reward_weights
     if weights is not None and len(weights) != len(cfg.data.rewards):
-        problems.append(Problem("trainer.reward_weights", f"has {len(weights)} weights for {len(cfg.data.rewards)} reward functions ({', '.join(cfg.data.rewards)})", "give one weight per data.rewards entry, or null"))
+        problems.append(
+            Problem(
+                "trainer.reward_weights", f"has {len(weights)} weights for {len(cfg.data.rewards)} reward functions ({', '.join(cfg.data.rewards)})", "give one weight per data.rewards entry, or null"
+            )
+        )
     return problems
 
 
@@ -247,9 +278,7 @@ def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
         bound = set(node) - {"_target_"}
         params = inspect.signature(func).parameters.values()
         needed[name] = [
-            p.name for p in params
-            if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-            and p.name not in TRL_REWARD_ARGUMENTS and p.name not in bound
+            p.name for p in params if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in TRL_REWARD_ARGUMENTS and p.name not in bound
         ]
     return needed
 
@@ -276,13 +305,15 @@ def check_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
         generation_batch = micro * (t.steps_per_generation or t.gradient_accumulation_steps)
     if generation_batch % t.num_generations:
         fits = [g for g in range(2, generation_batch + 1) if generation_batch % g == 0]
-        return [Problem(
-            "trainer.num_generations",
-            f"{t.num_generations} does not divide the generation batch {generation_batch} "
-            f"(per_device_train_batch_size {t.per_device_train_batch_size} x world size {world_size} x steps_per_generation "
-            f"{t.steps_per_generation or t.gradient_accumulation_steps}); every prompt needs all its completions in one batch",
-            f"trainer.num_generations in {fits}, or a per_device_train_batch_size/steps_per_generation that makes the batch a multiple of {t.num_generations}",
-        )]
+        return [
+            Problem(
+                "trainer.num_generations",
+                f"{t.num_generations} does not divide the generation batch {generation_batch} "
+                f"(per_device_train_batch_size {t.per_device_train_batch_size} x world size {world_size} x steps_per_generation "
+                f"{t.steps_per_generation or t.gradient_accumulation_steps}); every prompt needs all its completions in one batch",
+                f"trainer.num_generations in {fits}, or a per_device_train_batch_size/steps_per_generation that makes the batch a multiple of {t.num_generations}",
+            )
+        ]
     return []
 
 
@@ -316,15 +347,29 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
         elif gpus % v.tensor_parallel_size:
             problems.append(Problem("vllm.gpus", f"is {gpus}; the server needs a positive multiple of vllm.tensor_parallel_size={v.tensor_parallel_size}", f"set vllm.gpus={v.tensor_parallel_size}"))
         elif gpus >= plan.gpus_per_node:
-            problems.append(Problem("vllm.gpus", f"reserves {gpus} of node 0's {plan.gpus_per_node} GPUs, leaving none to train", f"set vllm.gpus below {plan.gpus_per_node}, use vllm.nodes=1 with a node that only serves, or vllm=colocate"))
+            problems.append(
+                Problem(
+                    "vllm.gpus",
+                    f"reserves {gpus} of node 0's {plan.gpus_per_node} GPUs, leaving none to train",
+                    f"set vllm.gpus below {plan.gpus_per_node}, use vllm.nodes=1 with a node that only serves, or vllm=colocate",
+                )
+            )
         if cfg.model.name_or_path is None:
             problems.append(Problem("vllm.mode", "the vLLM server loads the model by name; the tiny model has none", "use a real model (model=qwen0.5b) or vllm=off"))
     if v.mode == "colocate" and plan.world_size % v.tensor_parallel_size:
-        problems.append(Problem("vllm.tensor_parallel_size", f"{v.tensor_parallel_size} does not divide the world size {plan.world_size}; colocated vLLM groups ranks by it", "use a divisor of the world size"))
+        problems.append(
+            Problem("vllm.tensor_parallel_size", f"{v.tensor_parallel_size} does not divide the world size {plan.world_size}; colocated vLLM groups ranks by it", "use a divisor of the world size")
+        )
     if v.mode != "off" and v.max_model_length is not None and cfg.data.max_prompt_length is not None:
         needed = cfg.data.max_prompt_length + cfg.trainer.max_completion_length
         if v.max_model_length < needed:
-            problems.append(Problem("vllm.max_model_length", f"{v.max_model_length} < data.max_prompt_length + trainer.max_completion_length = {needed}", f"set vllm.max_model_length={needed} (or shorten prompts/completions)"))
+            problems.append(
+                Problem(
+                    "vllm.max_model_length",
+                    f"{v.max_model_length} < data.max_prompt_length + trainer.max_completion_length = {needed}",
+                    f"set vllm.max_model_length={needed} (or shorten prompts/completions)",
+                )
+            )
     return problems
 
 
@@ -334,14 +379,28 @@ def check_serving_nodes(cfg: DictConfig, plan) -> list[Problem]:
     if v.mode != "server":
         return [Problem("vllm.nodes", f"is {v.nodes}, but dedicated serving nodes run `trl vllm-serve` (vllm.mode is {v.mode})", "set vllm=server, or vllm.nodes=0")]
     if v.nodes > 1:
-        return [Problem("vllm.nodes", f"is {v.nodes}; TRL 1.16's vLLM client talks to one server (one host and port), so requests cannot be spread over several serving nodes", "set vllm.nodes=1: one node serves, data parallel over its GPUs")]
+        return [
+            Problem(
+                "vllm.nodes",
+                f"is {v.nodes}; TRL 1.16's vLLM client talks to one server (one host and port), so requests cannot be spread over several serving nodes",
+                "set vllm.nodes=1: one node serves, data parallel over its GPUs",
+            )
+        ]
     if v.nodes >= nnodes:
-        return [Problem("vllm.nodes", f"{v.nodes} serving node(s) of topology.nnodes={nnodes} leaves no node to train", f"set topology.nnodes={v.nodes + 1} or more, or vllm.nodes=0 (the server on node 0's GPUs)")]
+        return [
+            Problem(
+                "vllm.nodes",
+                f"{v.nodes} serving node(s) of topology.nnodes={nnodes} leaves no node to train",
+                f"set topology.nnodes={v.nodes + 1} or more, or vllm.nodes=0 (the server on node 0's GPUs)",
+            )
+        ]
     problems = []
     if gpus and gpus % v.tensor_parallel_size:
         problems.append(Problem("vllm.tensor_parallel_size", f"{v.tensor_parallel_size} does not divide the serving node's {gpus} GPUs", f"use a divisor of {gpus}"))
     if v.gpus is not None and v.gpus != gpus:
-        problems.append(Problem("vllm.gpus", f"is {v.gpus}, but with vllm.nodes=1 the serving node serves on all its {gpus} GPUs", "set vllm.gpus=null, or vllm.nodes=0 to serve on vllm.gpus of node 0"))
+        problems.append(
+            Problem("vllm.gpus", f"is {v.gpus}, but with vllm.nodes=1 the serving node serves on all its {gpus} GPUs", "set vllm.gpus=null, or vllm.nodes=0 to serve on vllm.gpus of node 0")
+        )
     if gpus == 0 and placement.standin_server() is None:
         problems.append(Problem("vllm.nodes", "a serving node needs GPUs; this topology has none", "use vllm=off on CPU"))
     return problems
@@ -356,14 +415,26 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
     if cfg.vllm.mode != "off" and gpus == 0 and placement.standin_server() is None:
         problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here, or action=plan to only plan"))
     if cfg.vllm.nodes and cfg.launcher.name == "local" and cfg.vllm.server_host is None:
-        problems.append(Problem("vllm.server_host", f"is required with vllm.nodes=1 and launcher=local: the trainers reach the serving node (node {cfg.topology.nnodes - 1}) there, and it listens there", "set vllm.server_host=<the serving node's address> on every node (launcher=slurm fills it in from the job's hosts)"))
+        problems.append(
+            Problem(
+                "vllm.server_host",
+                f"is required with vllm.nodes=1 and launcher=local: the trainers reach the serving node (node {cfg.topology.nnodes - 1}) there, and it listens there",
+                "set vllm.server_host=<the serving node's address> on every node (launcher=slurm fills it in from the job's hosts)",
+            )
+        )
     return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
 
 
 def check_memory_limit(cfg: DictConfig, plan) -> list[Problem]:
     limit = cfg.memory.limit_gib
     if plan.device == "cpu" and _is_number(limit) and 0 < limit < CPU_MIN_LIMIT_GIB:
-        return [Problem("memory.limit_gib", f"is {limit} GiB; a CPU worker needs ~1.5 GiB of address space (RLIMIT_DATA counts thread stacks) just to start torch and gloo", f"set memory.limit_gib >= {CPU_MIN_LIMIT_GIB:g}")]
+        return [
+            Problem(
+                "memory.limit_gib",
+                f"is {limit} GiB; a CPU worker needs ~1.5 GiB of address space (RLIMIT_DATA counts thread stacks) just to start torch and gloo",
+                f"set memory.limit_gib >= {CPU_MIN_LIMIT_GIB:g}",
+            )
+        ]
     return []
 
 
@@ -379,9 +450,19 @@ def check_deepspeed(cfg: DictConfig) -> list[Problem]:
 
 # Keys each cross-group check reads: it runs only when these passed their range and choice checks
 # (a rule over a batch of 0 says nothing useful), so one report still holds every real problem.
-_BATCH_INPUTS = {"trainer.per_device_train_batch_size", "trainer.gradient_accumulation_steps", "trainer.num_generations",
-                 "trainer.generation_batch_size", "trainer.steps_per_generation", "topology.nnodes", "topology.cpu_procs",
-                 "topology.gpus_per_node", "vllm.gpus", "vllm.tensor_parallel_size", "vllm.mode"}
+_BATCH_INPUTS = {
+    "trainer.per_device_train_batch_size",
+    "trainer.gradient_accumulation_steps",
+    "trainer.num_generations",
+    "trainer.generation_batch_size",
+    "trainer.steps_per_generation",
+    "topology.nnodes",
+    "topology.cpu_procs",
+    "topology.gpus_per_node",
+    "vllm.gpus",
+    "vllm.tensor_parallel_size",
+    "vllm.mode",
+}
 
 
 def validate(cfg: DictConfig, plan, gpus: int) -> list[Problem]:

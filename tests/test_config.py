@@ -1,11 +1,11 @@
 """Every group option composes and becomes real TRL / PEFT / DeepSpeed objects; keys map exactly."""
 
 import dataclasses
+from pathlib import Path
+
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-
-from pathlib import Path
 
 from grpo_exp import build, model_info, schema_gen, trl_schema
 from grpo_exp.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConfig

@@ -156,3 +156,35 @@ def test_run_refuses_a_predicted_oom_with_exit_3(cli):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "predicted_oom" and summary["exit_code"] == 3
     assert summary["suggestions"] and not (run_dir / "train.log").exists()
+
+
+@pytest.mark.parametrize("sub_group", [None, 2_000_000_000, 100_000_000])
+def test_zero3_fp32_gradients_follow_deepspeeds_sub_groups(sub_group):
+    """bf16 ZeRO-3 at the optimizer step: 16 bytes/param/N of states plus fp32 gradients for one
+    sub-group at a time (deepspeed/runtime/zero/stage3.py), not 20 bytes/param/N."""
+    P, N = 32763876352, 8  # Qwen2.5-32B on one 8-GPU node
+    extra = [f"++deepspeed.zero_optimization.sub_group_size={sub_group}"] if sub_group else []
+    states = planner.model_states(plan_inputs("model=qwen32b", "topology=1x8", "deepspeed=zero3", *extra))
+    assert sum(states.values()) == pytest.approx(16 * P / N + 4 * min(P / N, sub_group or 1e9))
+
+
+def test_on_oom_fit_keeps_the_experiment_and_records_the_change(cli):
+    from omegaconf import OmegaConf
+
+    result, run_dir = cli("action=plan", "trainer.per_device_train_batch_size=4096", "trainer.num_generations=4", "memory.limit_gib=2",
+                          "trainer.steps_per_generation=2", "preflight.on_oom=fit")
+    assert result.returncode == 0, result.stderr[-2000:]
+    import json
+
+    assert json.loads((run_dir / "plan.json").read_text())["fits"] is True
+    t = OmegaConf.load(run_dir / "config.yaml")
+    assert t.trainer.per_device_train_batch_size < 4096
+    assert t.trainer.per_device_train_batch_size * t.trainer.gradient_accumulation_steps == 4096  # the batch per optimizer step
+    assert t.trainer.per_device_train_batch_size * t.trainer.steps_per_generation == 4096 * 2  # the generation batch
+    assert t.preflight.fitted[0].startswith("trainer.per_device_train_batch_size: 4096 -> ")
+
+
+def test_on_oom_fit_refuses_when_nothing_keeps_the_experiment(cli):
+    result, run_dir = cli("logger=none", "trainer.per_device_train_batch_size=2", "trainer.num_generations=2", "topology.cpu_procs=1",
+                          "model=qwen72b", "model.name_or_path=null", "memory.limit_gib=2", "preflight.on_oom=fit")
+    assert result.returncode == 3 and "no change that keeps the experiment the same fits" in result.stdout + result.stderr

@@ -27,7 +27,7 @@ def test_grid_survives_an_oom_cell_and_compare_reports_it(cli, tmp_path):
 
     runs = compare.load([str(sweep_dir)])
     assert compare.swept_keys(runs) == ["trainer.per_device_train_batch_size", "trainer.num_generations"]
-    for row, job in zip(compare.rows(runs), "0123"):
+    for row, job in zip(compare.rows(runs), "0123", strict=True):
         s = summaries[job]
         assert row["status"] == s["status"]
         assert row["peak GiB"] == s.get("memory/peak/train/host_rss_max_gib")
