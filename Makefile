@@ -1,7 +1,7 @@
 # Two commands for a fresh machine with Python >= 3.10:
 #   make demo   set up .venv and run the default experiment (tiny model, a few real GRPO steps)
 #   make test   set up .venv and run the test suite (what CI runs)
-#   make test-fast  the edit-test loop: everything but the tests that launch training (< 1 min)
+#   make test-fast  the edit-test loop: no training processes, no exhaustive matrices (< 1 min)
 #   make lint   ruff with the project's configuration (pyproject.toml)
 PYTHON ?= python3
 VENV ?= .venv
@@ -27,7 +27,7 @@ test: setup lint
 	$(PY) -m pytest
 
 test-fast: setup
-	$(PY) -m pytest -m "not e2e" -q
+	$(PY) -m pytest -m "not e2e and not slow" -q
 
 lint: setup
 	$(PY) -m ruff check .

@@ -106,6 +106,7 @@ MODELS = [m for m in group_options("model") if m not in ("tiny", "auto")]  # aut
 TOPOLOGIES = ["1x1", "1x2", "1x4", "1x8", "2x8", "4x8"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,topology", list(itertools.product(MODELS, TOPOLOGIES)))
 def test_every_shipped_model_and_topology_plans(model, topology):
     for vllm in ("off", "colocate") + (("server",) if topology not in ("1x1",) else ()):
