@@ -25,6 +25,7 @@ class Run:
     name: str
     overrides: dict[str, str]
     summary: dict
+    path: Path | None = None  # the run dir (local runs)
 
     @property
     def status(self) -> str:
@@ -60,7 +61,7 @@ def load_local(path: Path) -> list[Run]:
         (d for d in path.iterdir() if has_summary(d)),
         key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name),
     )
-    return [Run(d.name, rundir.parse_overrides(rundir.read_overrides(d)), rundir.read_summary(d)) for d in dirs]
+    return [Run(d.name, rundir.parse_overrides(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve()) for d in dirs]
 
 
 def load_wandb(project: str, group: str | None = None) -> list[Run]:
@@ -132,8 +133,10 @@ def print_table(runs: list[Run], title: str = "runs") -> None:
     table = Table(title=title)
     for column in data[0]:  # swept keys shown by their last part (num_generations), full in the HTML
         table.add_column(column.rsplit(".", 1)[-1], justify="right" if column not in ("run", "status", "verdict", "top fix", "oom phase") else "left")
-    for row in data:
+    for run, row in zip(runs, data, strict=True):
         style = None if row.get("status", row.get("verdict")) in ("completed", "fits") else "red"
+        if run.path is not None:  # each trial links to its run dir (a terminal with links opens it)
+            row = {**row, "run": f"[link=file://{run.path}]{row['run']}[/link]"}
         table.add_row(*(_fmt(v) for v in row.values()), style=style)
     Console(width=160).print(table)
 

@@ -97,6 +97,7 @@ def test_planning_sweep_ends_with_a_table_and_a_heatmap(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     runs = compare.load_local(sweep)
     assert len(runs) == 6 and all(r.status == "planned" for r in runs)
+    assert [r.path for r in runs] == [(sweep / str(i)).resolve() for i in range(6)]  # the table links each trial to its dir
     verdicts = [row["verdict"] for row in compare.rows(runs)]
     assert verdicts == ["fits", "fits", "OOM", "OOM", "OOM", "OOM"]
     assert all(row["top fix"] for row in compare.rows(runs) if row["verdict"] == "OOM")

@@ -5,7 +5,6 @@ generate with transformers; what is rehearsed is the launch: the serving node st
 and agent, the training node waits for its health, checks its config, trains, and stops it."""
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from grpo_exp import rundir
 from grpo_exp.__main__ import check
+from grpo_exp.ports import free_port
 from tests.conftest import REPO, compose_cfg
 
 LAYOUT = ("model=qwen72b", "topology=4x8", "topology.nnodes=5", "deepspeed=zero3", "vllm=server", "vllm.nodes=1", "action=plan")
@@ -52,12 +52,6 @@ def test_invalid_serving_layouts_are_named(overrides, key, why):
 def test_launcher_local_needs_the_serving_nodes_address():
     _, problems = check(compose_cfg(*LAYOUT[:-1], "action=run"), Path("/x"), gpus=8)
     assert any(p.key == "vllm.server_host" for p in problems)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 each started the way a user starts one per machine. Real rendezvous, real gloo groups."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -11,14 +10,9 @@ import psutil
 import pytest
 
 from grpo_exp import rundir
+from grpo_exp.ports import free_port
 
 pytestmark = pytest.mark.e2e
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
