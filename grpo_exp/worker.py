@@ -70,7 +70,8 @@ class Preemption:
                     import torch
                     import torch.distributed as dist
 
-                    flag = torch.tensor([float(requested)])
+                    device = "cuda" if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces CUDA tensors only
+                    flag = torch.tensor([float(requested)], device=device)
                     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
                     requested = bool(flag.item())
                     if requested and preemption.signal_name is None:
