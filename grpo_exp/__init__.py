@@ -1,7 +1,31 @@
 """grpo_exp: GRPO experiments on TRL + vLLM + DeepSpeed + PEFT from one Hydra config (README.md).
 
 Entry points: `python -m grpo_exp` (the driver), `python -m grpo_exp.compare`, `.dashboard`,
-`.model_info`, `.schema_gen`; workers run `python -m grpo_exp.worker <run dir>/config.yaml`.
+`.model_info`, `.calibrate`; workers run `python -m grpo_exp.training.worker <run dir>/config.yaml`.
+The subpackages are the stages of a run, in order: config, planning, launching, training, results.
+
+This module holds the few facts every stage shares; nothing here imports beyond the standard library.
 """
 
+import os
+from pathlib import Path
+
 GIB = 2**30  # every memory figure grpo_exp reports is in GiB (2^30 bytes), named *_gib
+
+# The phases of a GRPO step, in order. Telemetry measures each; the planner models generate,
+# score, train and optimizer (reward functions and the vLLM weight sync add no model memory).
+PHASES = ("generate", "reward", "score", "train", "optimizer", "weight_sync")
+
+
+def is_local_path(name_or_path: str) -> bool:
+    """A model or dataset named by a path (one that exists, or one written as a path) rather than a
+    hub id. A path that does not exist is then an error to report, not a hub lookup."""
+    return Path(name_or_path).expanduser().exists() or name_or_path.startswith(("/", "./", "../", "~"))
+
+
+def visible_devices() -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES as a list of device ids (None when unset: every GPU is visible)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    return [d.strip() for d in value.split(",") if d.strip() and d.strip() != "-1"]

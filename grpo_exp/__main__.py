@@ -17,10 +17,10 @@ preset) exits 0 once every trial ran, whatever their statuses, and prints a tabl
 
 import logging
 import os
-import re
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import hydra
@@ -30,16 +30,30 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors, launch, model_info, placement, planner, ports, report, resume, rundir
-from grpo_exp.consistency import STACKS, Mismatch
-from grpo_exp.schema import register_configs
-from grpo_exp.validate import validate
-from grpo_exp.vllm_server import ServerNotReady
+from grpo_exp.config import errors, model_info, resume
+from grpo_exp.config.schema import register_configs
+from grpo_exp.config.validate import validate
+from grpo_exp.launching import launch, ports
+from grpo_exp.launching.consistency import Mismatch
+from grpo_exp.launching.vllm_server import ServerNotReady
+from grpo_exp.planning import placement, planner
+from grpo_exp.results import outcome, report, rundir
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 log = logging.getLogger("grpo_exp")
-_exit_codes: list[int] = []  # one per job; hydra.main does not return the task's value
-_sweep_dirs: set[str] = set()
+
+
+@dataclass
+class _Session:
+    """What the jobs of this process leave for main(): hydra.main returns nothing, so a job's exit
+    code, its sweep dir and its still-running SLURM jobs are kept here."""
+
+    exit_codes: list[int] = field(default_factory=list)
+    sweep_dirs: set[str] = field(default_factory=set)
+    in_flight: list = field(default_factory=list)  # slurm.Submitted trials of a parallel sweep
+
+
+_session = _Session()
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
@@ -49,31 +63,31 @@ def run(cfg: DictConfig) -> float:
     run_dir = Path(hydra_cfg.runtime.output_dir) / rundir.node_subdir(cfg.topology.node_rank)
     sweeping = hydra_cfg.mode == RunMode.MULTIRUN
     if sweeping:
-        _sweep_dirs.add(hydra_cfg.sweep.dir)
+        _session.sweep_dirs.add(hydra_cfg.sweep.dir)
     reused = None if (sweeping or cfg.resume) else reused_run_dir(run_dir)
     if reused:  # Hydra wrote .hydra/ here already; the run's own files stay untouched
         errors.report(str(reused))
-        return _done(rundir.EXIT_INVALID)
+        return _done(outcome.EXIT_INVALID)
     if cfg.resume:  # continue that run: its own dir and frozen config (Hydra's fresh dir stays empty)
         cfg, problems = resume.load(cfg, list(hydra_cfg.overrides.task))
         _remove_if_empty(run_dir)
         if problems:
             errors.report("\n".join(map(str, problems)))
-            return _done(rundir.EXIT_INVALID)
+            return _done(outcome.EXIT_INVALID)
         run_dir = Path(cfg.resume)
         done = rundir.read_summary(run_dir)
         if done.get("status") == "completed" and 0 <= cfg.trainer.max_steps <= (done.get("global_step") or 0):
             log.info("%s already completed at step %s; nothing to resume", run_dir, done.get("global_step"))
-            return _done(rundir.EXIT_OK, done)
+            return _done(outcome.EXIT_OK, done)
     gpus = launch.visible_gpus()
     plan, problems = check(cfg, run_dir, gpus)
     if problems:
         errors.report("\n".join(map(str, problems)))
         if sweeping:  # in a sweep an invalid combination is one of the results
-            rundir.write_summary(run_dir, status="invalid", error="\n".join(map(str, problems)))
+            outcome.write_status(run_dir, "invalid", error="\n".join(map(str, problems)))
         else:
             _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
-        return _done(rundir.EXIT_INVALID)
+        return _done(outcome.EXIT_INVALID)
 
     memory = planner.preflight(cfg, plan)
     if not memory["fits"] and cfg.preflight.on_oom == "fit":
@@ -86,21 +100,21 @@ def run(cfg: DictConfig) -> float:
     rundir.write_json(run_dir / rundir.PLAN, {**placed, **memory, "vllm": vllm})
     if cfg.action == "plan" and sweeping:  # a planning sweep: one line per trial, the table at the end
         top = memory["suggestions"][0]["text"] if memory["suggestions"] else None
-        rundir.write_summary(run_dir, status="planned", fits=memory["fits"], suggestion=top, **planner.summary_keys(memory))
+        outcome.write_status(run_dir, "planned", fits=memory["fits"], suggestion=top, **planner.summary_keys(memory))
         log.info("%s: %s, peak %.2f GiB per training process", run_dir.name, "fits" if memory["fits"] else "OOM", memory["train"]["peak_gib"])
-        return _done(rundir.EXIT_OK)
+        return _done(outcome.EXIT_OK)
     print(placement.describe(plan))
     if cfg.action == "plan":
         planner.print_report(memory)
         log.info("plan written to %s", run_dir / rundir.PLAN)
-        return _done(rundir.EXIT_OK)
+        return _done(outcome.EXIT_OK)
     if cfg.preflight.fitted:
         rundir.write_summary(run_dir, preflight_fit=[{"key": k, "old": o, "new": n} for k, o, n in _fitted_changes(cfg)])
     if not memory["fits"]:
         planner.print_report(memory)
-        if cfg.preflight.on_oom in ("refuse", "fit") and not cfg.sweep.run_predicted_oom:
-            summary = rundir.write_summary(
-                run_dir, status="predicted_oom", wall_s=0.0, error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)", suggestions=memory["suggestions"]
+        if cfg.preflight.on_oom in ("refuse", "fit"):
+            summary = outcome.write_status(
+                run_dir, "predicted_oom", wall_s=0.0, error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)", suggestions=memory["suggestions"]
             )
             log.error("refused: predicted OOM (exit %d); run with preflight.on_oom=warn to try anyway", summary["exit_code"])
             return _done(summary["exit_code"], summary)
@@ -111,27 +125,62 @@ def run(cfg: DictConfig) -> float:
         checkpoint = rundir.latest_checkpoint(run_dir)
         rundir.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
         log.info("resuming %s from %s", run_dir, checkpoint[0] if checkpoint else "step 0 (no checkpoint was saved)")
-    rundir.write_summary(run_dir, status="running", world_size=plan.world_size, node_rank=node.node_rank)
+    rundir.clear_rank_records(run_dir)  # a resumed run's last attempt is in summary.json already
+    outcome.write_status(run_dir, "running", world_size=plan.world_size, node_rank=node.node_rank)
     log.info("run dir %s", run_dir)
+    if cfg.launcher.name == "slurm" and (not cfg.launcher.slurm.wait or (sweeping and _trials_independent(hydra_cfg))):
+        return _submit_without_waiting(cfg, run_dir, plan)
     started = time.time()
+    rundir.write_summary(run_dir, started_at=started)
     try:
         if cfg.launcher.name == "slurm":
-            from grpo_exp import slurm
+            from grpo_exp.launching import slurm
 
             code = slurm.submit_and_wait(cfg, run_dir, plan)
         else:
             code = launch.run_node(cfg, run_dir, node)
     except ServerNotReady as exc:
-        rundir.write_rank_outcome(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
-        code = rundir.EXIT_FAILED
+        rundir.write_rank_record(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
+        code = outcome.EXIT_FAILED
     except Mismatch as exc:  # a dedicated serving node runs another config
-        rundir.write_rank_outcome(run_dir, node.node_rank, {"status": "mismatch", "error": str(exc)})
-        code = rundir.EXIT_HANG_PREVENTED
-    summary = _finish(run_dir, code, time.time() - started)
+        rundir.write_rank_record(run_dir, node.node_rank, {"status": "mismatch", "error": str(exc)})
+        code = outcome.EXIT_HANG_PREVENTED
+    summary = outcome.conclude(run_dir, code, time.time() - started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
     if not sweeping:  # a sweep ends with its table instead
         report.print_report(run_dir, summary)
     return _done(summary["exit_code"], summary)
+
+
+def _trials_independent(hydra_cfg) -> bool:
+    """Hydra's basic sweeper fixes every trial up front, so they may run at once; the frontier and
+    Optuna sweepers choose the next trial from the last result."""
+    return hydra_cfg.sweeper._target_.endswith("BasicSweeper")
+
+
+def _submit_without_waiting(cfg: DictConfig, run_dir: Path, plan) -> float:
+    """launcher=slurm: submit this trial's job and go on to the next one (at most max_parallel in
+    flight; main() gathers them), or with wait=false leave it to SLURM."""
+    from grpo_exp.launching import slurm
+
+    if len(_session.in_flight) >= cfg.launcher.slurm.max_parallel:
+        _gather(until_running=cfg.launcher.slurm.max_parallel - 1)
+    job = slurm.submit(cfg, run_dir, plan)
+    if cfg.launcher.slurm.wait:
+        _session.in_flight.append(slurm.Submitted(job, run_dir))
+    else:
+        print(f"submitted SLURM job {job.job_id}: {run_dir}  (python -m grpo_exp.compare {run_dir})")
+    return _done(outcome.EXIT_OK)
+
+
+def _gather(until_running: int = 0) -> None:
+    """Wait for submitted trials until at most `until_running` still run; conclude each that ended."""
+    from grpo_exp.launching import slurm
+
+    for submitted, code in slurm.wait(_session.in_flight, until_running):
+        summary = outcome.conclude(submitted.run_dir, code, time.time() - submitted.started)
+        log.info("%s: %s (job %s)", submitted.run_dir.name, summary["status"], submitted.job.job_id)
+        _session.in_flight.remove(submitted)
 
 
 def _fit(cfg: DictConfig, plan, memory: dict) -> dict:
@@ -161,53 +210,8 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan, li
 
 
 def _done(code: int, summary: dict | None = None) -> float:
-    _exit_codes.append(code)
-    return float((summary or {}).get("throughput/tokens_per_s") or 0.0) if code == rundir.EXIT_OK else 0.0
-
-
-_RENDEZVOUS_TIMEOUT = re.compile(r"(Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.|DistNetworkError.*|RendezvousTimeoutError.*)")
-
-
-def _finish(run_dir: Path, code: int, wall_s: float) -> dict:
-    """Final summary.json of this node: rank 0's summary if this node has it, else the ranks' own
-    records, else what the exit code and the log say."""
-    log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
-    killed = " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out." if "Signal 9 (SIGKILL)" in log_text else ""
-    summary = rundir.read_summary(run_dir)
-    if summary.get("status") not in (None, "running"):
-        if killed and summary["status"] == "failed":  # rank 0 saw only the broken connection
-            return rundir.write_summary(run_dir, wall_s=wall_s, error=f"{summary.get('error')}.{killed}")
-        return rundir.write_summary(run_dir, wall_s=wall_s)
-    cause = rundir.root_cause(run_dir)
-    if cause is not None:
-        return rundir.write_summary(run_dir, **cause, wall_s=wall_s)
-    if code == rundir.EXIT_OK:  # a node without rank 0: the run's summary lives on node 0
-        return rundir.write_summary(run_dir, status="completed", wall_s=wall_s, note="rank 0's node holds the run's metrics")
-    if code == rundir.EXIT_INTERRUPTED:
-        return rundir.write_summary(run_dir, status="interrupted", wall_s=wall_s)
-    stacks = sorted(p.name for p in (run_dir / STACKS).glob("rank*.txt")) if (run_dir / STACKS).is_dir() else []
-    if stacks:
-        return rundir.write_summary(
-            run_dir,
-            status="stalled",
-            wall_s=wall_s,
-            error=f"no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: {', '.join(str(run_dir / STACKS / s) for s in stacks)}",
-        )
-    timeout = _RENDEZVOUS_TIMEOUT.search(log_text)
-    if timeout:
-        return rundir.write_summary(
-            run_dir,
-            status="rendezvous_timeout",
-            wall_s=wall_s,
-            error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
-            "command on every node with its topology.node_rank, and check topology.master_addr/master_port are reachable",
-        )
-    return rundir.write_summary(
-        run_dir,
-        status="failed",
-        wall_s=wall_s,
-        error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}",
-    )
+    _session.exit_codes.append(code)
+    return float((summary or {}).get("throughput/tokens_per_s") or 0.0) if code == outcome.EXIT_OK else 0.0
 
 
 def _remove_if_empty(run_dir: Path) -> None:
@@ -260,19 +264,21 @@ def main() -> None:
     reused = reused_run_dir(given) if given is not None else None
     if reused:  # before Hydra writes its .hydra/ record into that run's dir
         errors.report(str(reused))
-        sys.exit(rundir.EXIT_INVALID)
+        sys.exit(outcome.EXIT_INVALID)
     try:
         run()
     except (HydraException, OmegaConfBaseException) as exc:
         errors.report(errors.explain(exc))
-        sys.exit(rundir.EXIT_INVALID)
-    if _sweep_dirs:  # OOMs, predicted OOMs and failures of trials are results: the sweep completed
-        from grpo_exp import compare
+        sys.exit(outcome.EXIT_INVALID)
+    if _session.in_flight:  # a parallel SLURM sweep: every trial's result before the table
+        _gather()
+    if _session.sweep_dirs:  # OOMs, predicted OOMs and failures of trials are results: the sweep completed
+        from grpo_exp.results import compare
 
-        for sweep_dir in sorted(_sweep_dirs):
+        for sweep_dir in sorted(_session.sweep_dirs):
             compare.print_table(compare.load_local(Path(sweep_dir)), title=f"sweep {sweep_dir}")
         sys.exit(0)
-    sys.exit(_exit_codes[0] if _exit_codes else 0)  # --cfg, --help, --info: nothing ran
+    sys.exit(_session.exit_codes[0] if _session.exit_codes else 0)  # --cfg, --help, --info: nothing ran
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
-from grpo_exp.schema import register_configs
+from grpo_exp.config.schema import register_configs
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -55,7 +55,7 @@ def training_run(model_cache, tmp_path):
 
     import psutil
 
-    from grpo_exp import rundir
+    from grpo_exp.results import rundir
 
     run_dir = tmp_path / "run"
     env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache)}
@@ -91,7 +91,7 @@ def saved_models(tmp_path_factory, model_cache) -> dict[str, Path]:
     from transformers import AutoTokenizer
 
     os.environ.setdefault("GRPO_EXP_CACHE", str(model_cache))
-    from grpo_exp import build
+    from grpo_exp.training import build
 
     tokenizer = AutoTokenizer.from_pretrained(build.model_path(compose_cfg()))
     root = tmp_path_factory.mktemp("saved_models")

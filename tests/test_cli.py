@@ -9,8 +9,8 @@ import pytest
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import errors
 from grpo_exp.__main__ import check, deepspeed_override
+from grpo_exp.config import errors
 from tests.conftest import compose_cfg
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -28,13 +28,14 @@ BAD_INPUTS = {
     "override syntax": (["trainer=["], "trainer=[: not a valid override", "key=value"),
     "missing required path": (["data=jsonl"], "data.path: is required", "data.path="),
     "nonexistent data file": (["data=jsonl", "data.path=/nonexistent/x.jsonl"], "data.path: file /nonexistent/x.jsonl does not exist", "existing"),
+    "nonexistent data dir": (["data=hf", "data.path=./no_such_dir"], "data.path: no_such_dir does not exist", "hub dataset id"),
     "model dir without config.json": (["model.name_or_path=/tmp"], "model.name_or_path: /tmp is not a saved HF model", "save_pretrained"),
     "bad choice": (["vllm.mode=sometimes"], "vllm.mode: 'sometimes' is not a valid option", "colocate"),
     "bad dtype": (["model.dtype=fp8"], "model.dtype: 'fp8' is not a valid option", "bfloat16"),
     "num_generations < 2": (["trainer.num_generations=1"], "trainer.num_generations: is 1", ">= 2"),
     "batch not divisible": (["trainer.num_generations=3"], "does not divide the generation batch 8", "[2, 4, 8]"),
     "reward weights length": (["trainer.reward_weights=[1.0]"], "trainer.reward_weights: has 1 weights for 3", "one weight per"),
-    "reward target": (["data.rewards.correctness._target_=grpo_exp.rewards.nope"], "data.rewards.correctness._target_", "importable"),
+    "reward target": (["data.rewards.correctness._target_=grpo_exp.training.rewards.nope"], "data.rewards.correctness._target_", "importable"),
     "lora target module": (["peft=lora", "peft.target_modules=[qproj]"], "peft.target_modules: ['qproj']", "q_proj"),
     "vllm on CPU": (["vllm=colocate"], "vllm.mode: 'colocate' needs a CUDA GPU", "vllm=off"),
     "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "action=plan"),

@@ -7,8 +7,9 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from grpo_exp import build, model_info, schema_gen, trl_schema
-from grpo_exp.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConfig
+from grpo_exp.config import model_info, schema_gen, trl_schema
+from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConfig
+from grpo_exp.training import build
 from tests.conftest import CONF, compose_cfg, group_options
 
 GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher"]
@@ -55,7 +56,7 @@ def _grpo_fields():
 
 def test_generated_schema_matches_the_installed_trl():
     """trl_schema.py holds every GRPOConfig field with TRL's type and default; a trl upgrade that
-    changes a field, type or default fails here until `python -m grpo_exp.schema_gen` is rerun."""
+    changes a field, type or default fails here until `python -m grpo_exp.config.schema_gen` is rerun."""
     assert schema_gen.render() == Path(trl_schema.__file__).read_text()
 
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from grpo_exp import compare, dashboard, report, rundir, wandb_file
+from grpo_exp.results import compare, dashboard, report, rundir, wandb_file
 from tests.conftest import REPO
 
 # Metrics a CPU run cannot produce: the GPU allocator and NVML stats, the vLLM server, weight sync.

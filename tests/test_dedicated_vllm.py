@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_exp import rundir
 from grpo_exp.__main__ import check
-from grpo_exp.ports import free_port
+from grpo_exp.launching.ports import free_port
+from grpo_exp.results import outcome, rundir
 from tests.conftest import REPO, compose_cfg
 
 LAYOUT = ("model=qwen72b", "topology=4x8", "topology.nnodes=5", "deepspeed=zero3", "vllm=server", "vllm.nodes=1", "action=plan")
@@ -95,7 +95,7 @@ def test_rehearsal_serving_node_and_training_node(nodes, tmp_path):
 def test_a_serving_node_with_another_config_stops_both(nodes, tmp_path):
     serving = nodes(1, "trainer.learning_rate=3e-05")
     trainer = nodes(0)
-    assert trainer.wait(timeout=120) == rundir.EXIT_HANG_PREVENTED == 5
+    assert trainer.wait(timeout=120) == outcome.EXIT_HANG_PREVENTED == 5
     assert serving.wait(timeout=60) == 5
     for summary in (rundir.read_summary(tmp_path / "run"), rundir.read_summary(tmp_path / "run" / "nodes" / "1")):
         assert summary["status"] == "mismatch"

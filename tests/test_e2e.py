@@ -10,7 +10,8 @@ import signal
 import psutil
 import pytest
 
-from grpo_exp import build, rundir
+from grpo_exp.results import outcome, rundir
+from grpo_exp.training import build
 from tests.conftest import compose_cfg
 
 pytestmark = pytest.mark.e2e
@@ -126,10 +127,10 @@ def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
 def test_signal_to_driver_saves_a_checkpoint_and_ends_every_process(training_run, sig):
     """A stopped run is preempted, not lost: both ranks agree on a step, save it, and end."""
     driver, run_dir, processes = training_run
-    ranks = [p for p in processes if "grpo_exp.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    ranks = [p for p in processes if "grpo_exp.training.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
     assert len(ranks) == 2  # plus torchrun's agent
     driver.send_signal(sig)
-    assert driver.wait(timeout=90) == rundir.EXIT_PREEMPTED
+    assert driver.wait(timeout=90) == outcome.EXIT_PREEMPTED
     gone, alive = psutil.wait_procs(processes, timeout=30)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
     summary = json.loads((run_dir / rundir.SUMMARY).read_text())
@@ -140,10 +141,10 @@ def test_signal_to_driver_saves_a_checkpoint_and_ends_every_process(training_run
 
 def test_killing_one_rank_ends_the_whole_run(training_run):
     driver, run_dir, processes = training_run
-    rank1 = [p for p in processes if "grpo_exp.worker" in p.cmdline() and p.environ().get("RANK") == "1"]
+    rank1 = [p for p in processes if "grpo_exp.training.worker" in p.cmdline() and p.environ().get("RANK") == "1"]
     assert len(rank1) == 1
     rank1[0].send_signal(signal.SIGKILL)
-    assert driver.wait(timeout=60) == rundir.EXIT_FAILED
+    assert driver.wait(timeout=60) == outcome.EXIT_FAILED
     gone, alive = psutil.wait_procs(processes, timeout=30)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
     summary = rundir.read_summary(run_dir)

@@ -4,7 +4,7 @@ summary.json and the offline W&B run; a forced OOM becomes a recorded result."""
 import psutil
 import pytest
 
-from grpo_exp import rundir, wandb_file
+from grpo_exp.results import outcome, rundir, wandb_file
 
 pytestmark = pytest.mark.e2e
 STATS = ("", "_mean", "_min", "_argmax_rank")
@@ -49,7 +49,7 @@ def test_forced_oom_on_one_rank_is_a_result(cli):
         "+data.rewards.hog.gib=8",  # more than the cap, on rank 1 only
         "+data.rewards.hog.only_rank=1",
     )
-    assert result.returncode == rundir.EXIT_OOM == 4
+    assert result.returncode == outcome.EXIT_OOM == 4
     summary = rundir.read_summary(run_dir)
     assert summary["status"] == "oom" and summary["exit_code"] == 4
     assert summary["oom"]["phase"] == "reward"

@@ -9,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from grpo_exp import rundir
-from grpo_exp.ports import free_port
+from grpo_exp.launching.ports import free_port
+from grpo_exp.results import outcome, rundir
 
 pytestmark = pytest.mark.e2e
 
@@ -56,7 +56,7 @@ def test_differing_override_on_node_1_stops_both_nodes_naming_the_key(node):
     started = time.time()
     p0, dir0 = node(0)
     p1, dir1 = node(1, "trainer.learning_rate=3e-05")
-    assert p0.wait(timeout=120) == rundir.EXIT_HANG_PREVENTED == 5
+    assert p0.wait(timeout=120) == outcome.EXIT_HANG_PREVENTED == 5
     assert p1.wait(timeout=60) == 5
     assert time.time() - started < 60
     for run_dir in (dir0, dir1):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from grpo_exp import rundir, wandb_file
+from grpo_exp.results import outcome, rundir, wandb_file
 
 pytestmark = pytest.mark.e2e
 STEPS = 16
@@ -39,7 +39,7 @@ def preempted(model_cache, tmp_path):
     while len(rundir.read_metrics(run_dir)) < 6 and time.time() < deadline:
         time.sleep(0.2)
     driver.send_signal(signal.SIGTERM)
-    assert driver.wait(timeout=120) == rundir.EXIT_PREEMPTED, driver.stdout.read()[-3000:]
+    assert driver.wait(timeout=120) == outcome.EXIT_PREEMPTED, driver.stdout.read()[-3000:]
     return run_dir
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grpo_exp import ports, rundir
 from grpo_exp.__main__ import check
+from grpo_exp.launching import ports
+from grpo_exp.results import outcome, rundir
 from tests.conftest import REPO, compose_cfg
 
 SECRETS = {"WANDB_API_KEY": "marker-wandb-0f9e8d7c", "HF_TOKEN": "hf_marker_1a2b3c4d", "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b"}
@@ -131,7 +132,7 @@ def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, model_cache, sig):
     assert rundir.read_metrics(run_dir), "the job never logged a step"
     job_processes = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(sig)
-    assert proc.wait(timeout=120) in (rundir.EXIT_INTERRUPTED, rundir.EXIT_PREEMPTED)
+    assert proc.wait(timeout=120) in (outcome.EXIT_INTERRUPTED, outcome.EXIT_PREEMPTED)
     gone, alive = psutil.wait_procs(job_processes, timeout=60)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
     assert rundir.read_summary(run_dir)["status"] in ("interrupted", "preempted")

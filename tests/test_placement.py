@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from grpo_exp import consistency, placement, ports, vllm_server
+from grpo_exp.launching import consistency, ports, vllm_server
+from grpo_exp.planning import placement
 from tests.conftest import compose_cfg
 
 CFG_PATH = "/runs/x/config.yaml"
@@ -73,7 +74,7 @@ def test_env_and_commands_of_a_server_node():
     assert node0.commands["train"][1:] == [
         "-m", "torch.distributed.run", "--nproc-per-node=7", "--nnodes=2", "--node-rank=0",
         "--master-addr=10.0.0.1", "--master-port=29400", "--rdzv-conf=timeout=300",
-        "-m", "grpo_exp.worker", CFG_PATH,
+        "-m", "grpo_exp.training.worker", CFG_PATH,
     ]
     assert "--nproc-per-node=8" in node1.commands["train"] and "vllm" not in node1.commands
     assert node1.env["train"]["NODE_RANK"] == "1" and "vllm" not in node1.env
@@ -84,7 +85,7 @@ def test_cpu_topologies():
     plan = placement.make_plan(compose_cfg("topology=cpu2x1"), CFG_PATH, detected_gpus=0)
     assert shape(plan) == [(0, 1, [], []), (1, 1, [], [])] and plan.device == "cpu"
     single = placement.make_plan(compose_cfg("topology.cpu_procs=1"), CFG_PATH, detected_gpus=0)
-    assert single.nodes[0].commands["train"][1:] == ["-m", "grpo_exp.worker", CFG_PATH]
+    assert single.nodes[0].commands["train"][1:] == ["-m", "grpo_exp.training.worker", CFG_PATH]
 
 
 def test_local_topology_uses_detected_gpus():
@@ -123,15 +124,26 @@ def test_plan_level_problems(cli, overrides, message):
 @pytest.mark.parametrize(
     "visible,vllm,n_gpu,problem",
     [
-        ("1,2,3", "0", 1, None),
-        ("0,1,2", "0", 1, "includes GPU(s) ['0'] reserved for the vLLM server"),
-        ("0,1", "", 2, "nn.DataParallel"),
+        (["1", "2", "3"], "0", 1, None),
+        (["0", "1", "2"], "0", 1, "includes GPU(s) ['0'] reserved for the vLLM server"),
+        (["0", "1"], "", 2, "nn.DataParallel"),
         (None, None, 1, None),
     ],
 )
 def test_startup_guard(visible, vllm, n_gpu, problem):
     problems = consistency.placement_problems(visible, vllm, n_gpu)
     assert (problem is None and not problems) or (problem and problem in " ".join(problems))
+
+
+@pytest.mark.parametrize("value, devices", [(None, None), ("", []), ("-1", []), ("0, 2", ["0", "2"]), ("GPU-a1b2,GPU-c3d4", ["GPU-a1b2", "GPU-c3d4"])])
+def test_cuda_visible_devices_has_one_parser(monkeypatch, value, devices):
+    from grpo_exp import visible_devices
+
+    if value is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    assert visible_devices() == devices
 
 
 def test_fingerprint_differences_name_nodes_and_keys():

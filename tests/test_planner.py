@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from grpo_exp import placement, planner
+from grpo_exp.planning import placement, planner
 from tests.conftest import compose_cfg, group_options
 
 GIB = 2**30

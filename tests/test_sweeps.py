@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from grpo_exp import compare, rundir, wandb_file
+from grpo_exp.results import compare, rundir, wandb_file
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,8 @@ classification. CUDA/NVML paths run only on a GPU machine and are skipped here, 
 import pytest
 import torch
 
-from grpo_exp import telemetry
+from grpo_exp.results import outcome
+from grpo_exp.training import telemetry
 
 MIB = 2**20
 
@@ -95,11 +96,11 @@ def test_no_vllm_probe_without_nvml_or_reserved_gpus(monkeypatch):
     ],
 )
 def test_oom_details(exc, kind, requested):
-    assert telemetry.oom_details(exc) == {"kind": kind, "requested_bytes": requested}
+    assert outcome.oom_details(exc) == {"kind": kind, "requested_bytes": requested}
 
 
 def test_other_errors_are_not_oom():
-    assert telemetry.oom_details(RuntimeError("Connection closed by peer")) is None
+    assert outcome.oom_details(RuntimeError("Connection closed by peer")) is None
 
 
 @pytest.mark.gpu

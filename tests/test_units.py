@@ -5,7 +5,9 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp import data, launch, rewards, rundir
+from grpo_exp.launching import launch
+from grpo_exp.results import outcome, rundir
+from grpo_exp.training import data, rewards
 from tests.conftest import compose_cfg
 
 
@@ -67,11 +69,14 @@ def test_metrics_writer_flushes_each_line_and_drops_nan(tmp_path):
     writer.close()
 
 
-def test_summary_merges_and_sets_exit_code(tmp_path):
-    rundir.write_summary(tmp_path, status="running", world_size=2)
-    summary = rundir.write_summary(tmp_path, status="failed", error="boom")
-    assert summary == {"status": "failed", "exit_code": 1, "world_size": 2, "error": "boom"}
+def test_summary_merges_and_the_status_brings_its_exit_code(tmp_path):
+    outcome.write_status(tmp_path, "running", world_size=2)
+    assert rundir.read_summary(tmp_path) == {"status": "running", "exit_code": None, "world_size": 2}
+    summary = outcome.write_status(tmp_path, "failed", error="boom")
+    assert summary == {"status": "failed", "exit_code": 1, "world_size": 2, "error": "boom", "ended_at": summary["ended_at"]}
     assert rundir.read_summary(tmp_path) == summary
+    with pytest.raises(KeyError):  # a status without an exit code is a bug, not exit code 1
+        outcome.write_status(tmp_path, "finished")
 
 
 @pytest.mark.parametrize("visible,count", [("", 0), ("0", 1), ("0,1,3", 3), ("-1", 0)])
@@ -92,7 +97,7 @@ def test_driver_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, grpo_exp.__main__, grpo_exp.validate; print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
+    code = "import sys, grpo_exp.__main__, grpo_exp.config.validate; print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -100,7 +105,7 @@ def test_driver_imports_no_torch():
 def test_tiny_model_builds_offline_once(tmp_path, monkeypatch):
     from transformers import AutoTokenizer
 
-    from grpo_exp import tiny
+    from grpo_exp.training import tiny
 
     monkeypatch.setenv("GRPO_EXP_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -8,8 +8,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from grpo_exp import data, deepspeed_check, errors, model_info, placement, validate
 from grpo_exp.__main__ import deepspeed_override
+from grpo_exp.config import deepspeed_check, errors, model_info, validate
+from grpo_exp.planning import placement
+from grpo_exp.training import data
 from tests.conftest import compose_cfg
 
 

@@ -60,13 +60,15 @@ class FrontierSweeper(Sweeper):
         """Index of the largest batch value the planner predicts to fit (0 if none or no planner)."""
         if not self.use_planner:
             return len(self.batch_values) // 2
-        from grpo_exp import launch, placement, planner
+        from grpo_exp.launching import launch
+        from grpo_exp.planning import placement, planner
+        from grpo_exp.results import rundir
 
         best = 0
         for i, batch in enumerate(self.batch_values):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, self._overrides(arguments, axis, batch))
-            plan = placement.make_plan(cfg, "config.yaml", detected_gpus=launch.visible_gpus())
-            if planner.estimate(planner.inputs(cfg, plan)).fits:
+            plan = placement.make_plan(cfg, rundir.CONFIG, detected_gpus=launch.visible_gpus())
+            if planner.preflight(cfg, plan)["fits"]:  # the driver's own verdict for this trial
                 best = i
         return best
 
@@ -101,7 +103,7 @@ class FrontierSweeper(Sweeper):
 
 
 def _trial(result: JobReturn, axis, batch) -> dict:
-    from grpo_exp import rundir
+    from grpo_exp.results import rundir
 
     run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
     summary = rundir.read_summary(run_dir)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import rundir
-from grpo_exp.errors import Problem
-from grpo_exp.schema import Config
+from grpo_exp.config.errors import Problem
+from grpo_exp.config.schema import Config
+from grpo_exp.results import rundir
 
 # Keys (or key prefixes, ending in ".") a resumed run may change.
 RESUMABLE = (

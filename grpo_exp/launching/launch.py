@@ -18,9 +18,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from grpo_exp import rundir
-from grpo_exp.consistency import Mismatch
-from grpo_exp.placement import NodePlan
+from grpo_exp import is_local_path, visible_devices
+from grpo_exp.launching.consistency import Mismatch
+from grpo_exp.planning.placement import NodePlan
+from grpo_exp.results import outcome, rundir
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +30,9 @@ STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this long (training: preemption
 
 def visible_gpus() -> int:
     """CUDA GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES. No torch."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = visible_devices()
     if visible is not None:
-        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+        return len(visible)
     try:
         import pynvml
 
@@ -48,8 +49,8 @@ def needs_hub(cfg: DictConfig) -> bool:
     """Whether the run reads anything from the HF hub (a hub model id or hub dataset id)."""
     model = cfg.model.name_or_path
     data = cfg.data.path
-    model_from_hub = model is not None and not Path(model).expanduser().exists()
-    data_from_hub = data is not None and not Path(data).expanduser().exists()
+    model_from_hub = model is not None and not is_local_path(model)
+    data_from_hub = data is not None and not is_local_path(data)
     return model_from_hub or data_from_hub
 
 
@@ -113,24 +114,35 @@ class _Output:
 
 
 def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
-        start_new_session=True,  # own process group: one killpg ends it and all its children
-    )
+    # SLURM's time-limit warning (--signal=USR2@...) reaches every process of the job: torchrun and
+    # vLLM would die of it (the default action), while the training ranks install their own handlers
+    # (worker.Preemption) and save a checkpoint. An ignored signal stays ignored across exec, so the
+    # children start with it ignored (preexec_fn is unsafe beside the output threads).
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGUSR1, signal.SIGUSR2)}
+    try:
+        return subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            start_new_session=True,  # own process group: one killpg ends it and all its children
+        )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | None = None) -> int:
     """Run this node's processes to the end; return the training exit code (130 if interrupted).
     Raises vllm_server.ServerNotReady if the server never became healthy (training not started),
     consistency.Mismatch if a dedicated serving node runs another config."""
-    from grpo_exp import serving
-    from grpo_exp.vllm_server import health_url, wait_healthy
+    from grpo_exp.launching import serving
+    from grpo_exp.launching.vllm_server import health_url, wait_healthy
 
     output = _Output(log_path or run_dir / rundir.LOG, quiet=cfg.logger.console == "quiet")
     procs: list[subprocess.Popen] = []
-    code = rundir.EXIT_FAILED
-    # SIGTERM (timeout, a workflow tool) and SIGHUP (a closed terminal) end the run like Ctrl-C
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    code = outcome.EXIT_FAILED
+    # SIGTERM (timeout, a workflow tool, SLURM preemption), SIGHUP (a closed terminal) and SIGUSR1/2
+    # (SLURM's time-limit warning) end the run like Ctrl-C: the ranks save a checkpoint within
+    # preemption.grace_s (under SLURM they got the signal themselves too) and the run is preempted.
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)}
     try:
         if "vllm" in node.commands:
             log.info("starting vLLM server on GPUs %s: %s", node.vllm_gpus, " ".join(node.commands["vllm"]))
@@ -154,10 +166,10 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         code = trainer.wait()
         return code
     except KeyboardInterrupt:
-        code = rundir.EXIT_INTERRUPTED
+        code = outcome.EXIT_INTERRUPTED
         return code
     except Mismatch:  # check_fingerprint told the serving node already
-        code = rundir.EXIT_HANG_PREVENTED
+        code = outcome.EXIT_HANG_PREVENTED
         raise
     finally:
         for sig, handler in previous.items():
@@ -165,12 +177,8 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         for proc in reversed(procs):  # training first (it saves a checkpoint on SIGTERM), then its server
             stop(proc, cfg.preemption.grace_s if proc is procs[-1] and node.train_procs else STOP_GRACE_S)
         output.close()
-        if cfg.vllm.nodes and node.train_procs and node.node_rank == 0 and code != rundir.EXIT_HANG_PREVENTED:
-            status = rundir.read_summary(run_dir).get("status")
-            serving.send_stop(cfg, status if status not in (None, "running") else _STATUS_OF.get(code, "failed"))
-
-
-_STATUS_OF = {rundir.EXIT_OK: "completed", rundir.EXIT_INTERRUPTED: "interrupted", rundir.EXIT_PREEMPTED: "preempted"}
+        if cfg.vllm.nodes and node.train_procs and node.node_rank == 0 and code != outcome.EXIT_HANG_PREVENTED:
+            serving.send_stop(cfg, outcome.status_of(run_dir, code))
 
 
 def _raise_interrupt(*_):

@@ -15,10 +15,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import data, model_info, placement, ports
-from grpo_exp.errors import Problem, unknown_key
-from grpo_exp.trl_schema import CHOICES as ENUM_CHOICES
-from grpo_exp.trl_schema import DICT_FIELDS
+from grpo_exp import is_local_path
+from grpo_exp.config import model_info
+from grpo_exp.config.errors import Problem, unknown_key
+from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
+from grpo_exp.config.trl_schema import DICT_FIELDS
+from grpo_exp.launching import ports
+from grpo_exp.planning import placement
+from grpo_exp.training import data
 
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 # Keys with a fixed set of values: grpo_exp's own, the str fields TRL checks only at run time
@@ -122,6 +126,9 @@ RANGES = {
     "launcher.slurm.time_min": _at_least(1),
     "launcher.slurm.cpus_per_task": _at_least(1),
     "launcher.slurm.mem_gb": _at_least(1),
+    "launcher.slurm.signal_delay_s": _at_least(1),
+    "launcher.slurm.max_requeues": _at_least(0),
+    "launcher.slurm.max_parallel": _at_least(1),
 }
 # Below this, a CPU worker cannot even start: torch, gloo's threads and their stacks take ~1.5 GiB
 # of address space, which RLIMIT_DATA counts.
@@ -243,13 +250,13 @@ def check_rewards(cfg: DictConfig) -> list[Problem]:
 
     problems = []
     if not cfg.data.rewards:
-        problems.append(Problem("data.rewards", "no reward function is configured", "add one, e.g. +data.rewards.correctness._target_=grpo_exp.rewards.correctness"))
+        problems.append(Problem("data.rewards", "no reward function is configured", "add one, e.g. +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness"))
     for name, node in cfg.data.rewards.items():
         target = node.get("_target_") if isinstance(node, DictConfig) else None
         try:
             get_method(target)
         except Exception:
-            problems.append(Problem(f"data.rewards.{name}._target_", f"'{target}' is not an importable function", "name a function such as grpo_exp.rewards.correctness"))
+            problems.append(Problem(f"data.rewards.{name}._target_", f"'{target}' is not an importable function", "name a function such as grpo_exp.training.rewards.correctness"))
     weights = cfg.trainer.reward_weights
     if weights is not None and len(weights) != len(cfg.data.rewards):
         problems.append(
@@ -285,7 +292,7 @@ def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
 
 def check_model_path(cfg: DictConfig) -> list[Problem]:
     model = cfg.model.name_or_path
-    if model and model.startswith(("/", "./", "../", "~")) and not (Path(model).expanduser() / "config.json").is_file():
+    if model and is_local_path(model) and not (Path(model).expanduser() / "config.json").is_file():
         return [Problem("model.name_or_path", f"{model} is not a saved HF model directory (no config.json)", "point it at a directory written by save_pretrained, or use a hub id")]
     return []
 
@@ -443,7 +450,7 @@ def check_deepspeed(cfg: DictConfig) -> list[Problem]:
     Imports deepspeed (and torch, ~2 s), so only when the group is used."""
     if not cfg.deepspeed:
         return []
-    from grpo_exp import deepspeed_check
+    from grpo_exp.config import deepspeed_check
 
     return deepspeed_check.problems(OmegaConf.to_container(cfg.deepspeed, resolve=True))
 

@@ -12,7 +12,7 @@ import urllib.request
 
 from omegaconf import DictConfig
 
-from grpo_exp import placement
+from grpo_exp.planning import placement
 
 
 class ServerNotReady(RuntimeError):

@@ -4,7 +4,8 @@
     plan.json       the launch plan: per node processes, GPUs, environment, commands
     train.log       what every process printed
     metrics.jsonl   one JSON object per logged step, flushed as written
-    summary.json    status, exit_code, wall_s, final metrics (rewritten atomically)
+    summary.json    status, exit_code, wall_s, final metrics (the driver writes the final status)
+    ranks/          rank<N>.json: how each rank ended, in its own words (outcome.py)
     checkpoints/    checkpoint-<step>/ as transformers writes them; a run resumes from the latest
 
 Pure Python (json, omegaconf): the driver uses it without importing torch.
@@ -23,31 +24,12 @@ LOG = "train.log"
 METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 
-# Exit codes, shared by the driver, the workers and summary.json["exit_code"].
-EXIT_OK = 0
-EXIT_FAILED = 1  # unexpected failure
-EXIT_INVALID = 2  # the config is wrong; nothing was launched
-EXIT_PREDICTED_OOM = 3  # preflight predicts an OOM; nothing was launched (preflight.on_oom=warn runs anyway)
-EXIT_OOM = 4  # a rank ran out of memory (CUDA or host); summary.json["oom"] says where
-EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined, or training stalled
-EXIT_PREEMPTED = 75  # stopped by SIGTERM/SIGUSR1/SIGUSR2 after saving a checkpoint (EX_TEMPFAIL: run it again)
-EXIT_INTERRUPTED = 130
-STATUS_EXIT_CODES = {
-    "completed": EXIT_OK,
-    "failed": EXIT_FAILED,
-    "invalid": EXIT_INVALID,
-    "predicted_oom": EXIT_PREDICTED_OOM,
-    "oom": EXIT_OOM,
-    "mismatch": EXIT_HANG_PREVENTED,
-    "rendezvous_timeout": EXIT_HANG_PREVENTED,
-    "stalled": EXIT_HANG_PREVENTED,
-    "interrupted": EXIT_INTERRUPTED,
-    "preempted": EXIT_PREEMPTED,
-}
 CHECKPOINTS = "checkpoints"  # GRPOConfig.output_dir: transformers writes checkpoint-<step>/ here
 WANDB_ID = "wandb_id"  # the W&B run id, kept so a resumed run continues the same W&B run
 NODES = "nodes"  # nodes/<N>/: node N's config.yaml, plan.json, train.log, summary.json, .hydra/
-RANKS = "ranks"  # ranks/rank<N>.json: how each rank that did not complete ended (written before it exits)
+RANKS = "ranks"  # ranks/rank<N>.json: how a rank ended (rank 0 always, the others when they did not complete)
+STACKS = "stacks"  # stacks/rank<N>.txt: Python stacks a stalled rank dumped (the watchdog)
+SLURM = "slurm"  # submitit's job scripts and logs
 
 
 def freeze_config(cfg: DictConfig, run_dir: Path) -> Path:
@@ -99,11 +81,10 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def write_summary(run_dir: Path, **fields) -> dict:
-    """Merge `fields` into summary.json (atomic replace: readers never see half a file)."""
+    """Merge `fields` into summary.json (atomic replace: readers never see half a file). Statuses
+    are written through outcome.write_status, which adds the exit code."""
     summary = read_summary(run_dir)
     summary.update(_jsonable(fields))
-    if "status" in fields:
-        summary["exit_code"] = STATUS_EXIT_CODES.get(summary["status"], EXIT_FAILED)
     tmp = Path(run_dir) / (SUMMARY + ".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, Path(run_dir) / SUMMARY)
@@ -135,24 +116,17 @@ def read_summary(run_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def write_rank_outcome(run_dir: Path, rank: int, outcome: dict) -> None:
-    """Each failing rank records its own end first: rank 0 may never hear of it otherwise."""
+def write_rank_record(run_dir: Path, rank: int, record: dict) -> None:
+    """Each rank records its own end (outcome.py reads them): rank 0 may never hear of a peer's."""
     folder = Path(run_dir) / RANKS
     folder.mkdir(exist_ok=True)
-    (folder / f"rank{rank}.json").write_text(json.dumps(_jsonable({"rank": rank, **outcome}), indent=2))
+    (folder / f"rank{rank}.json").write_text(json.dumps(_jsonable({"rank": rank, **record}), indent=2))
 
 
-# Which rank's end explains the run: an OOM over a crash (a peer's crash is often just the
-# broken connection an OOM'd rank left), a crash over an interruption; the earliest first.
-_CAUSE_PRIORITY = {"mismatch": 0, "oom": 1, "failed": 2, "interrupted": 3}
-
-
-def root_cause(run_dir: Path) -> dict | None:
-    folder = Path(run_dir) / RANKS
-    outcomes = [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))] if folder.is_dir() else []
-    if not outcomes:
-        return None
-    return min(outcomes, key=lambda o: (_CAUSE_PRIORITY.get(o["status"], 3), o.get("time", 0)))
+def clear_rank_records(run_dir: Path) -> None:
+    """A new attempt (a resume) starts without the last one's records; summary.json kept their story."""
+    for path in (Path(run_dir) / RANKS).glob("rank*.json"):
+        path.unlink()
 
 
 def node_subdir(node_rank: int) -> str:
@@ -200,4 +174,4 @@ def record_resume(run_dir: Path, from_step: int) -> dict:
     import time
 
     resumes = read_summary(run_dir).get("resumes", [])
-    return write_summary(run_dir, status="running", resumes=[*resumes, {"from_step": from_step, "time": time.time()}])
+    return write_summary(run_dir, resumes=[*resumes, {"from_step": from_step, "time": time.time()}])

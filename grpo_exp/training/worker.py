@@ -1,4 +1,4 @@
-"""One training process: `python -m grpo_exp.worker <run dir>/config.yaml` (torchrun runs one per rank).
+"""One training process: `python -m grpo_exp.training.worker <run dir>/config.yaml` (torchrun runs one per rank).
 
 Reads the frozen config (never Hydra), builds the trainer, instruments its phases, trains. Rank 0
 writes metrics.jsonl as steps are logged and summary.json at the end, whatever the end is; any
@@ -18,7 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from grpo_exp import planner, rundir
+from grpo_exp import visible_devices
+from grpo_exp.planning import planner
+from grpo_exp.results import outcome, rundir
 
 log = logging.getLogger("grpo_exp")
 progress = logging.getLogger("grpo_exp.progress")  # the lines a quiet console shows (launch.py)
@@ -50,9 +52,11 @@ class Preemption:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, _frame):
-        if not self.training or self.signal_name is not None:  # nothing to save yet, or asked twice
-            raise KeyboardInterrupt
+        if self.signal_name is not None:  # asked again (SLURM signals every process, torchrun forwards): already stopping
+            return
         self.signal_name = signal.Signals(signum).name
+        if not self.training:  # nothing to save yet: stop now; the run can start again (resume, requeue)
+            raise KeyboardInterrupt
         log.warning("%s: saving a checkpoint at the end of this step, then stopping", self.signal_name)
 
     def callback(self, world_size: int):
@@ -171,30 +175,12 @@ def make_callback(run_dir: Path, rank: int, watchdog):
 def _check_placement(trainer) -> None:
     import torch
 
-    from grpo_exp.consistency import placement_problems
+    from grpo_exp.launching.consistency import placement_problems
 
     if torch.cuda.is_available():
-        problems = placement_problems(os.environ.get("CUDA_VISIBLE_DEVICES"), os.environ.get("GRPO_EXP_VLLM_GPUS"), trainer.args.n_gpu)
+        problems = placement_problems(visible_devices(), os.environ.get("GRPO_EXP_VLLM_GPUS"), trainer.args.n_gpu)
         if problems:
             raise RuntimeError("startup guard: " + "; ".join(problems))
-
-
-def _failure(exc: BaseException, rank: int, phases) -> dict:
-    """How this rank ended, as summary fields: status oom (with where and how much) or failed."""
-    from grpo_exp import telemetry
-    from grpo_exp.consistency import Mismatch
-
-    oom = telemetry.oom_details(exc)
-    outcome = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
-    if isinstance(exc, KeyboardInterrupt):
-        return {**outcome, "status": "interrupted", "error": None}
-    if isinstance(exc, Mismatch):
-        return {**outcome, "status": "mismatch", "error": str(exc)}
-    if oom is None:
-        return {**outcome, "status": "failed"}
-    snapshot = phases.probe.snapshot() if phases is not None else None
-    phase = phases.failed_phase if phases is not None else None
-    return {**outcome, "status": "oom", "oom": {"phase": phase, "rank": rank, **oom, "snapshot": snapshot}}
 
 
 def _planned(run_dir: Path, measured: dict) -> dict:
@@ -221,7 +207,8 @@ def main(config_path: str) -> int:
 
     import torch
 
-    from grpo_exp import build, consistency, telemetry, tracking
+    from grpo_exp.launching import consistency
+    from grpo_exp.training import build, telemetry, tracking
 
     use_cpu = not torch.cuda.is_available()
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
@@ -242,7 +229,7 @@ def main(config_path: str) -> int:
     phases = telemetry.PhaseMemory(telemetry.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
     peaks: dict = {}
     meter = None
-    outcome: dict = {"status": "failed", "error": None}
+    ended: dict = {"status": "failed", "error": None, "time": time.time()}
     try:
         _init_distributed(cfg, world_size, use_cpu)
         if world_size > 1:
@@ -254,8 +241,9 @@ def main(config_path: str) -> int:
             meter = telemetry.ModelStateMeter(trainer.model)
             meter.install()
         result = trainer.train(resume_from_checkpoint=str(checkpoint[0]) if checkpoint else None)
-        outcome = {
+        ended = {
             "status": "completed",
+            "time": time.time(),
             "error": None,
             "global_step": result.global_step,
             "train_runtime_s": result.metrics.get("train_runtime"),
@@ -263,33 +251,36 @@ def main(config_path: str) -> int:
         }
         if preemption.signal_name is not None:
             saved = rundir.latest_checkpoint(run_dir)
-            outcome.update(status="preempted", error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
+            ended.update(status="preempted", error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
                            f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={run_dir}` continues")
-        log.info("run facts: %s", outcome["runtime"])
+        log.info("run facts: %s", ended["runtime"])
     except BaseException as exc:  # KeyboardInterrupt included: every end is recorded
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the record short
-        outcome = _failure(exc, rank, phases)
-        if outcome["status"] != "interrupted":
-            log.exception("training failed (%s)", outcome["status"])
-        rundir.write_rank_outcome(run_dir, rank, outcome)
+        ended = outcome.classify(exc, rank, phases)
+        if ended["status"] == "interrupted" and preemption.signal_name is not None:
+            ended.update(status="preempted", error=f"stopped by {preemption.signal_name} before training started; nothing to save")
+        if ended["status"] != "interrupted":
+            log.exception("training failed (%s)", ended["status"])
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
         watchdog.close()
-        if rank == 0:  # the W&B run is finished with its summary however training ended
-            if outcome["status"] != "completed":
-                outcome = rundir.root_cause(run_dir) or outcome
+        if rank == 0:  # rank 0's record carries the run's measurements, however training ended
             measured = meter.metrics() if meter is not None else {}
             if phases is not None:
                 measured.update(telemetry.throughput(phases, callback.last_logs))
             previous = rundir.read_summary(run_dir)  # a resumed run's peaks cover every segment
             peaks = {k: max(v, previous.get(k, v)) for k, v in peaks.items()}
-            summary = rundir.write_summary(
-                run_dir, **outcome, **peaks, **measured, **_planned(run_dir, measured),
+            ended.update(
+                **peaks, **measured, **_planned(run_dir, measured),
                 final_metrics=callback.last_logs, first_metrics=previous.get("first_metrics") or callback.first_logs,
                 worker_wall_s=round(time.time() - started, 3),
             )
-            tracker.finish(summary, summary["exit_code"])
-    return rundir.STATUS_EXIT_CODES[outcome["status"]]
+        if rank == 0 or ended["status"] != "completed":
+            rundir.write_rank_record(run_dir, rank, ended)
+        if rank == 0:  # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
+            explained = outcome.explain(outcome.read_records(run_dir))
+            tracker.finish({**previous, **explained}, outcome.EXIT_CODES[explained["status"]])
+    return outcome.EXIT_CODES[ended["status"]]
 
 
 if __name__ == "__main__":

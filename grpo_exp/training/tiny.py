@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.model_info import ARCH_KEYS
+from grpo_exp.config.model_info import ARCH_KEYS
 
 BUILD_VERSION = 1  # bump when the recipe below changes, so stale caches are rebuilt
 

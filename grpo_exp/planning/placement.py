@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 from omegaconf import DictConfig
 
-WORKER = ["-m", "grpo_exp.worker"]
+WORKER = ["-m", "grpo_exp.training.worker"]
 
 
 @dataclass
@@ -71,7 +71,7 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
         if node.train_procs:
             node.commands["train"] = train_command(cfg, node, config_path, training_nodes=topo.nnodes - dedicated)
         if node.vllm_gpus or (server and node.node_rank == serving_node):
-            from grpo_exp.vllm_server import serve_command
+            from grpo_exp.launching.vllm_server import serve_command
 
             node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)))
     return Plan(

@@ -18,10 +18,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.results import rundir
+
 # Config keys that legitimately differ between nodes.
 NODE_LOCAL_KEYS = {"topology.node_rank"}
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "vllm")
-STACKS = "stacks"
 
 
 class Mismatch(RuntimeError):
@@ -92,15 +93,15 @@ def check_across_ranks(cfg: DictConfig) -> None:
         raise Mismatch("nodes of this run disagree; fix the launch so every node runs the same config:\n  " + "\n  ".join(problems))
 
 
-def placement_problems(visible: str | None, vllm_gpus: str | None, n_gpu: int) -> list[str]:
+def placement_problems(visible: list[str] | None, vllm_gpus: str | None, n_gpu: int) -> list[str]:
     """The startup guard: what is wrong with this training process's view of the GPUs."""
     problems = []
     if n_gpu > 1:
         problems.append(f"this process drives {n_gpu} GPUs: transformers would wrap the model in nn.DataParallel; launch one process per GPU")
     reserved = {g for g in (vllm_gpus or "").split(",") if g}
-    overlap = reserved & {g for g in (visible or "").split(",") if g}
+    overlap = reserved & set(visible or [])
     if overlap:
-        problems.append(f"CUDA_VISIBLE_DEVICES={visible} includes GPU(s) {sorted(overlap)} reserved for the vLLM server")
+        problems.append(f"CUDA_VISIBLE_DEVICES={','.join(visible)} includes GPU(s) {sorted(overlap)} reserved for the vLLM server")
     return problems
 
 
@@ -111,7 +112,7 @@ class StallWatchdog:
         self.stall_s = stall_s
         self.file = None
         if stall_s:
-            folder = Path(run_dir) / STACKS
+            folder = Path(run_dir) / rundir.STACKS
             folder.mkdir(exist_ok=True)
             self.file = open(folder / f"rank{rank}.txt", "w")
 

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
-from grpo_exp.trl_schema import TrainerFields, VllmFields
+from grpo_exp.config.trl_schema import TrainerFields, VllmFields
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ModelConfig:
     # checkpoint's own dtype, read from config.json before planning.
     dtype: str = "bfloat16"
     # Architecture numbers from the model's config.json, so planning needs no download. Left unset
-    # (model=auto), grpo_exp.model_info fills them from config.json before anything is checked.
+    # (model=auto), grpo_exp.config.model_info fills them from config.json before anything is checked.
     hidden_size: int = MISSING
     intermediate_size: int = MISSING
     num_hidden_layers: int = MISSING
@@ -47,7 +47,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING
-    loader: str = MISSING  # toy_math | gsm8k | hf: the function in grpo_exp/data.py that reads it
+    loader: str = MISSING  # toy_math | gsm8k | hf: the function in grpo_exp/training/data.py that reads it
     # hf / gsm8k: anything datasets.load_dataset reads: a hub dataset id, a local dataset directory
     # (save_to_disk or a folder of data files), or a .json/.jsonl/.csv/.parquet file.
     path: Optional[str] = None
@@ -116,7 +116,7 @@ class VllmConfig(VllmFields):
     # the server's node, else topology.master_addr (the cluster network), never 0.0.0.0 unasked.
     server_bind: Optional[str] = None
     # Ports (GRPOConfig's vllm_server_port / vllm_group_port). auto: free ports picked by the driver
-    # before the config is frozen (single-node runs); a multi-node run names them (grpo_exp/ports.py).
+    # before the config is frozen (single-node runs); a multi-node run names them (grpo_exp/launching/ports.py).
     server_port: Any = "auto"
     group_port: Any = "auto"
     # Dedicated serving node (vllm.nodes=1): its driver answers the training nodes here (its config
@@ -163,6 +163,14 @@ class SlurmConfig:
     mem_gb: Optional[int] = None
     constraint: Optional[str] = None
     additional: Dict[str, Any] = field(default_factory=dict)  # any other sbatch option, name -> value
+    # Long runs: SLURM sends SIGUSR2 this long before the time limit; the ranks save a checkpoint and
+    # the job requeues itself (up to max_requeues times) and resumes from it.
+    signal_delay_s: int = 120
+    max_requeues: int = 3
+    # Sweeps: trials run as concurrent jobs, at most max_parallel at once. wait=false submits and
+    # returns with the job ids (python -m grpo_exp.compare <dirs> follows them).
+    max_parallel: int = 4
+    wait: bool = True
 
 
 @dataclass
@@ -217,13 +225,6 @@ class PreflightConfig:
 
 
 @dataclass
-class SweepConfig:
-    # Trials the planner predicts to OOM are recorded as predicted_oom and skipped; true runs them
-    # anyway (the frontier sweep needs the real answer).
-    run_predicted_oom: bool = False
-
-
-@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
@@ -238,7 +239,6 @@ class Config:
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
-    sweep: SweepConfig = field(default_factory=SweepConfig)
     action: str = "run"  # run: check, then train | plan: check, write plan.json, print, launch nothing
     resume: Optional[str] = None  # a run dir: continue that run from its latest checkpoint with its frozen config
     experiment: str = "default"  # names the run family (W&B group)
@@ -246,7 +246,7 @@ class Config:
     seed: int = 42
 
 
-SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
+SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 
 
 def register_configs() -> None:
@@ -260,7 +260,7 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("run_id", lambda: run_id)
     # ${node_subdir:rank}: where a node's files go inside a shared run dir ("" for node 0).
     if not OmegaConf.has_resolver("node_subdir"):
-        from grpo_exp.rundir import node_subdir
+        from grpo_exp.results.rundir import node_subdir
 
         OmegaConf.register_new_resolver("node_subdir", lambda rank: node_subdir(int(rank)))
         OmegaConf.register_new_resolver("node_suffix", lambda rank: f".node{rank}" if int(rank) > 0 else "")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import rundir
+from grpo_exp.results import rundir
 
 
 class NullTracker:

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
-from grpo_exp.errors import Problem
+from grpo_exp import is_local_path
+from grpo_exp.config.errors import Problem
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -150,6 +151,8 @@ def preflight(cfg: DictConfig, reward_columns: dict[str, list[str]]) -> list[Pro
         where = str(local)
         if local.suffix in FILE_FORMATS and not local.is_file():
             return [Problem("data.path", f"file {local} does not exist", f"point data.path at an existing {local.suffix} file")]
+        if is_local_path(cfg.path) and not local.exists():
+            return [Problem("data.path", f"{local} does not exist", "point data.path at an existing file or save_to_disk directory, or give a hub dataset id")]
         if local.is_file() and local.suffix not in FILE_FORMATS:
             return [Problem("data.path", f"{local} is not a format grpo_exp reads ({local.suffix})", f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory")]
         try:

@@ -13,7 +13,7 @@ Imports deepspeed (which imports torch, ~2 s): validate.py calls this only when 
 import difflib
 import os
 
-from grpo_exp.errors import Problem
+from grpo_exp.config.errors import Problem
 
 # Top-level sections DeepSpeed reads (deepspeed/runtime/config.py); used only to catch near-misses.
 KNOWN_TOP_LEVEL = (

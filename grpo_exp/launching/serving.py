@@ -20,8 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import DictConfig
 
-from grpo_exp import consistency, rundir
-from grpo_exp.vllm_server import bind_address
+from grpo_exp.launching import consistency
+from grpo_exp.launching.vllm_server import bind_address
+from grpo_exp.results import outcome
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ class Agent:
                     self.send_response(404)
                     self.end_headers()
                     return
-                outcome = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                agent.outcome = agent.outcome or outcome  # the first report of the end stands
+                reported = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                agent.outcome = agent.outcome or reported  # the first report of the end stands
                 self.send_response(200)
                 self.end_headers()
                 agent.stopped.set()
@@ -76,13 +77,13 @@ def serve_until_stopped(cfg: DictConfig, server, run_dir) -> int:
     try:
         while not agent.stopped.wait(timeout=1.0):
             if server.poll() is not None:
-                rundir.write_summary(run_dir, status="failed", error=f"the vLLM server exited with code {server.returncode}; see train.log")
-                return rundir.EXIT_FAILED
+                outcome.write_status(run_dir, "failed", error=f"the vLLM server exited with code {server.returncode}; see train.log")
+                return outcome.EXIT_FAILED
     finally:
         agent.close()
     status = agent.outcome.get("status", "failed")
-    rundir.write_summary(run_dir, status=status, error=agent.outcome.get("error"), note="dedicated serving node: the run's result is on node 0")
-    return rundir.STATUS_EXIT_CODES.get(status, rundir.EXIT_FAILED)
+    outcome.write_status(run_dir, status if status in outcome.EXIT_CODES else "failed", error=agent.outcome.get("error"), note="dedicated serving node: the run's result is on node 0")
+    return outcome.EXIT_CODES.get(status, outcome.EXIT_FAILED)
 
 
 def _agent_url(cfg: DictConfig, path: str) -> str:

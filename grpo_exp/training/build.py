@@ -12,9 +12,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import rundir
-from grpo_exp.schema import VllmConfig
-from grpo_exp.trl_schema import VllmFields
+from grpo_exp.config.schema import VllmConfig
+from grpo_exp.config.trl_schema import VllmFields
+from grpo_exp.results import rundir
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ def model_path(cfg: DictConfig) -> str:
     """Hub id or local directory of the model; the tiny model is built locally on first use."""
     if cfg.model.name_or_path is not None:
         return cfg.model.name_or_path
-    from grpo_exp.tiny import tiny_model_dir
+    from grpo_exp.training.tiny import tiny_model_dir
 
     return str(tiny_model_dir(cfg.model))
 
@@ -41,7 +41,7 @@ def vllm_fields(cfg: DictConfig) -> dict:
     """GRPOConfig's vllm fields: every key gets its `vllm_` prefix back; mode `off` is use_vllm=False."""
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
-    from grpo_exp.placement import standin_server
+    from grpo_exp.planning.placement import standin_server
 
     if standin_server() is not None:  # the CPU rehearsal of a serving node: nothing to generate with
         log.warning("GRPO_EXP_VLLM_STANDIN is set: a stand-in plays the vLLM server; completions come from transformers")
@@ -110,7 +110,7 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
     """A ready `trl.GRPOTrainer` for the frozen config."""
     from trl import GRPOTrainer
 
-    from grpo_exp.data import build_dataset
+    from grpo_exp.training.data import build_dataset
 
     path = model_path(cfg)
     tok = tokenizer(cfg, path)

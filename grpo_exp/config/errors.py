@@ -14,7 +14,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from grpo_exp.schema import OWNED_TRAINER_FIELDS, Config
+from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, Config
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ FRAGMENTATION = 0.05  # allocator reserve on top of live tensors (expandable_seg
 VLLM_NON_TORCH = 1.3 * GIB  # NCCL, CUDA context of the engine (vLLM's own startup log, PR #11743)
 VLLM_CUDA_GRAPHS = 1.0 * GIB  # captured graphs, outside gpu_memory_utilization (0.4-3.3 GiB seen)
 VLLM_PROFILE_TOKENS = 8192  # vLLM's max_num_batched_tokens default for the server
-PHASES = ("generate", "score", "train", "optimizer")
 
 
 @dataclass(frozen=True)

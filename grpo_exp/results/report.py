@@ -7,8 +7,9 @@ phase the measured peak beside the planner's with the error; for an OOM, where a
 
 from pathlib import Path
 
-from grpo_exp import GIB, rundir
-from grpo_exp.telemetry import PHASES, VLLM
+from grpo_exp import GIB, PHASES
+from grpo_exp.results import rundir
+from grpo_exp.training.telemetry import VLLM
 
 # The measured stat a report shows: the caching allocator on a GPU, the process's RSS on a CPU.
 MEASURES = ("reserved_max", "device_used_max", "host_rss_max")

@@ -21,9 +21,8 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 
-from grpo_exp import GIB
+from grpo_exp import GIB, PHASES, visible_devices
 
-PHASES = ("generate", "reward", "score", "train", "optimizer", "weight_sync")
 VLLM = "vllm"  # the vLLM server's GPUs (server mode), read through NVML by rank 0: role and key
 
 BYTE_STATS = ("host_rss_max", "alloc_max", "reserved_max", "active_max", "device_used_max")
@@ -82,9 +81,9 @@ def _nvml_handle(physical_index: int | None = None):
         pynvml.nvmlInit()
         if physical_index is None:
             index = int(os.environ.get("LOCAL_RANK", "0"))
-            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            visible = visible_devices()
             if visible:  # NVML numbers physical devices; CUDA_VISIBLE_DEVICES renumbers them
-                index = int(visible.split(",")[index])
+                index = int(visible[index])
             physical_index = index
         return pynvml.nvmlDeviceGetHandleByIndex(physical_index)
     except Exception:  # no NVML or a UUID-style CUDA_VISIBLE_DEVICES: skip the device-wide stat
@@ -331,25 +330,6 @@ def throughput(phases: PhaseMemory, final_logs: dict) -> dict[str, float]:
 
 
 # --- OOM as a result ------------------------------------------------------------------------
-
-_CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
-_CUDA_OOM = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)")
-_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}
-
-
-def oom_details(exc: BaseException) -> dict | None:
-    """{'requested_bytes': ...} when `exc` is an out-of-memory error (CUDA or host), else None."""
-    import torch
-
-    text = str(exc)
-    if isinstance(exc, torch.OutOfMemoryError) or _CUDA_OOM.search(text):
-        found = _CUDA_OOM.search(text)
-        return {"kind": "cuda", "requested_bytes": int(float(found.group(1)) * _UNITS[found.group(2)]) if found else None}
-    if isinstance(exc, MemoryError) or _CPU_OOM.search(text) or "DefaultCPUAllocator: not enough memory" in text:
-        found = _CPU_OOM.search(text)
-        return {"kind": "host", "requested_bytes": int(found.group(1)) if found else None}
-    return None
-
 
 def apply_memory_limit(limit_gib: float | None) -> None:
     """Cap this rank's memory so OOM handling can be rehearsed: CUDA via the allocator's

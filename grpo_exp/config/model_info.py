@@ -1,0 +1,244 @@
+"""A model's architecture numbers, read from its config.json, so any causal LM plans without a
+hand-written YAML.
+
+    python -m grpo_exp model=auto model.name_or_path=/models/my-mistral        # numbers filled in here
+    python -m grpo_exp.model_info /models/my-mistral --name my-mistral         # writes conf/model/my-mistral.yaml
+
+`complete(cfg.model)` fills every architecture number the model group leaves unset (model=auto)
+from config.json: a local directory, the local HF cache, or that one small file from the hub when
+online. The parameter count is exact when the weights' safetensors headers are at hand (read
+without loading a tensor), else estimated from the numbers (the plan's notes say so). What the
+planner does not model for this architecture (mixture of experts, sliding-window attention, a
+vision tower) goes to `model.planner_notes`, which the plan prints.
+
+Pure Python (json, huggingface_hub): no torch on this path, except `linear_layer_names`, which
+builds the model on the meta device to list its real linear layers (only for peft runs; cached).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from grpo_exp import is_local_path
+from grpo_exp.config.errors import Problem
+
+# The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
+ARCH_KEYS = (
+    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "max_position_embeddings",
+)
+# config.json spellings of the same numbers across model families, first match wins.
+_ALIASES = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "intermediate_size": ("intermediate_size", "ffn_dim", "n_inner"),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "num_attention_heads": ("num_attention_heads", "n_head"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads"),
+    "head_dim": ("head_dim",),
+    "vocab_size": ("vocab_size",),
+    "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len"),
+}
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+class ModelInfoError(ValueError):
+    """config.json is missing or does not describe a decoder-only causal LM."""
+
+
+def find_config_json(name_or_path: str) -> Path:
+    """config.json of a local model directory, of a hub id in the local HF cache, or downloaded
+    (that one file) when the hub is reachable."""
+    local = Path(name_or_path).expanduser()
+    if local.is_dir():
+        if (local / "config.json").is_file():
+            return local / "config.json"
+        raise ModelInfoError(f"{local} has no config.json (not a directory written by save_pretrained)")
+    if is_local_path(name_or_path):
+        raise ModelInfoError(f"{name_or_path} is not a model directory")
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(name_or_path, "config.json")
+    if isinstance(cached, str):
+        return Path(cached)
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+        raise ModelInfoError(f"{name_or_path}: no config.json in the local HF cache and HF_HUB_OFFLINE is set")
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(name_or_path, "config.json"))
+    except Exception as exc:  # no network, gated repo, unknown id
+        raise ModelInfoError(f"{name_or_path}: could not fetch config.json from the hub ({type(exc).__name__})") from exc
+
+
+def read_architecture(config_json: Path) -> dict:
+    """{model_type, dtype, num_parameters, planner_notes, *ARCH_KEYS} for a causal LM's config.json."""
+    config = json.loads(Path(config_json).read_text())
+    if config.get("is_encoder_decoder"):
+        raise ModelInfoError(f"{config.get('model_type')} is an encoder-decoder model; GRPO trains decoder-only causal LMs")
+    architectures = config.get("architectures") or []
+    notes = []
+    if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in architectures):
+        raise ModelInfoError(f"architectures {architectures} has no causal LM head (…ForCausalLM)")
+    text = config.get("text_config") or config
+    if text is not config:
+        notes.append("multimodal model: only its language model is planned (the vision tower is not)")
+    numbers = {key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()}
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if numbers[k] is None]
+    if missing:
+        raise ModelInfoError(f"config.json lacks {missing}; cannot plan this architecture")
+    numbers["num_key_value_heads"] = numbers["num_key_value_heads"] or numbers["num_attention_heads"]
+    numbers["head_dim"] = numbers["head_dim"] or numbers["hidden_size"] // numbers["num_attention_heads"]
+    numbers["intermediate_size"] = numbers["intermediate_size"] or 4 * numbers["hidden_size"]
+    if numbers["max_position_embeddings"] is None:
+        numbers["max_position_embeddings"] = 2048
+        notes.append("config.json has no max_position_embeddings: 2048 assumed for vLLM's context")
+    weights = _safetensors_shapes(Path(config_json).parent)
+    tied = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+    if weights:
+        tied = not any(name.endswith("lm_head.weight") for name in weights)
+    numbers["tie_word_embeddings"] = True if tied is None else bool(tied)
+    if any(text.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
+        notes.append("mixture of experts: weights count every expert, activations and logits are planned as for one dense FFN (routing is not modelled)")
+    if text.get("sliding_window") and text.get("use_sliding_window", True) or "sliding_attention" in (text.get("layer_types") or []):
+        notes.append("sliding-window attention: planned as full attention (KV cache and attention over the whole sequence)")
+    if weights:
+        num_parameters = sum(_numel(shape) for shape in weights.values())
+    else:
+        experts = next((text[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if text.get(k)), 1)
+        num_parameters = _estimate_parameters(numbers, experts, text.get("moe_intermediate_size"))
+        notes.append("parameter count estimated from config.json (no safetensors weights at hand)")
+    dtype = config.get("dtype") or config.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype") or "bfloat16"
+    return {"model_type": config.get("model_type") or text.get("model_type"), "dtype": dtype, **numbers,
+            "num_parameters": int(num_parameters), "planner_notes": notes}
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _safetensors_shapes(model_dir: Path) -> dict[str, list[int]]:
+    """Tensor name -> shape from the safetensors headers (8-byte length + JSON): no tensor is read."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    shapes = {}
+    for path in files:
+        with open(path, "rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(length))
+        shapes.update({name: meta["shape"] for name, meta in header.items() if name != "__metadata__"})
+    return shapes
+
+
+def _estimate_parameters(n: dict, experts: int = 1, expert_intermediate: int | None = None) -> int:
+    """A Llama-style decoder without biases: embeddings, attention, SwiGLU MLP (each expert's, plus
+    a router, for a mixture of experts), two norms per layer."""
+    h, q, kv = n["hidden_size"], n["num_attention_heads"] * n["head_dim"], n["num_key_value_heads"] * n["head_dim"]
+    mlp = 3 * h * n["intermediate_size"] if experts == 1 else experts * 3 * h * (expert_intermediate or n["intermediate_size"]) + h * experts
+    per_layer = h * q + 2 * h * kv + q * h + mlp + 2 * h
+    embeddings = n["vocab_size"] * h * (1 if n["tie_word_embeddings"] else 2)
+    return embeddings + n["num_hidden_layers"] * per_layer + h
+
+
+def complete(model: DictConfig) -> list[Problem]:
+    """Fill the architecture numbers `model` leaves unset (model=auto) from the model's config.json."""
+    unset = [k for k in (*ARCH_KEYS, "model_type", "num_parameters") if OmegaConf.is_missing(model, k)]
+    if not unset and model.dtype != "auto":
+        return []
+    if model.name_or_path is None:
+        return [Problem("model.name_or_path", "is null, so there is no config.json to read the architecture from", "set model.name_or_path=<local dir or hub id>")]
+    try:
+        arch = read_architecture(find_config_json(model.name_or_path))
+    except (ModelInfoError, OSError, json.JSONDecodeError) as exc:
+        return [Problem("model.name_or_path", str(exc), "point it at a directory written by save_pretrained (with config.json), or a hub id in the local HF cache")]
+    with open_dict(model):
+        for key in unset:
+            model[key] = arch[key]
+        if model.dtype == "auto":  # the checkpoint's own dtype, concrete so the planner can size weights
+            model.dtype = arch["dtype"]
+        model.planner_notes = list(model.get("planner_notes") or []) + arch["planner_notes"]
+    return []
+
+
+def linear_layer_names(model: DictConfig) -> list[str]:
+    """Names of the nn.Linear modules of this architecture (what peft's target_modules match),
+    from the model built on the meta device: no weights, any architecture transformers knows.
+    Cached per architecture under $GRPO_EXP_CACHE, since building imports torch (~4 s)."""
+    from grpo_exp.training.tiny import cache_root
+
+    arch = {k: model[k] for k in ARCH_KEYS}
+    source = model.name_or_path if model.name_or_path and Path(model.name_or_path).expanduser().is_dir() else None
+    key = hashlib.sha256(json.dumps([model.model_type, arch, source], sort_keys=True).encode()).hexdigest()[:16]
+    cache = cache_root() / "linear_layers" / f"{key}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(source) if source else AutoConfig.for_model(model.model_type, **arch)
+    with torch.device("meta"):
+        built = AutoModelForCausalLM.from_config(config)
+    names = sorted({name.rsplit(".", 1)[-1] for name, module in built.named_modules() if isinstance(module, torch.nn.Linear)})
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(names))
+    return names
+
+
+def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
+    """conf/model/<name>.yaml for `arch` (read_architecture's result), commented like the shipped ones."""
+    lines = [
+        f"# {name_or_path}. Architecture numbers from its config.json (python -m grpo_exp.model_info), so",
+        "# planning needs no download.",
+        f"name: {name}",
+        f"name_or_path: {name_or_path}  # hub id, or a local directory holding the same files",
+        f"model_type: {arch['model_type']}",
+        f"dtype: {arch['dtype']}  # bytes per weight in memory: 2 (bfloat16/float16) or 4 (float32)",
+        f"hidden_size: {arch['hidden_size']}",
+        f"intermediate_size: {arch['intermediate_size']}",
+        f"num_hidden_layers: {arch['num_hidden_layers']}  # activations grow linearly with layers",
+        f"num_attention_heads: {arch['num_attention_heads']}",
+        f"num_key_value_heads: {arch['num_key_value_heads']}  # KV cache per token = 2 x layers x kv_heads x head_dim x dtype bytes",
+        f"head_dim: {arch['head_dim']}",
+        f"vocab_size: {arch['vocab_size']}  # logits per completion token = vocab_size values: the GRPO memory spike",
+        f"tie_word_embeddings: {str(arch['tie_word_embeddings']).lower()}",
+        f"max_position_embeddings: {arch['max_position_embeddings']}",
+        f"num_parameters: {arch['num_parameters']}",
+    ]
+    if arch["planner_notes"]:
+        lines.append("planner_notes:  # what the planner does not model for this architecture")
+        lines += [f"  - {json.dumps(note)}" for note in arch["planner_notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grpo_exp.model_info", description="Write conf/model/<name>.yaml from a model's config.json.")
+    parser.add_argument("name_or_path", help="local model directory or hub id")
+    parser.add_argument("--name", help="option name (default: the directory or repo name, lower-cased)")
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "conf" / "model", help="where the YAML goes")
+    parser.add_argument("--print", action="store_true", help="print the YAML instead of writing it")
+    args = parser.parse_args(argv)
+    try:
+        arch = read_architecture(find_config_json(args.name_or_path))
+    except (ModelInfoError, OSError) as exc:
+        print(f"grpo_exp.config.model_info: {exc}", file=sys.stderr)
+        return 2
+    name = args.name or Path(args.name_or_path.rstrip("/")).name.lower()
+    text = model_yaml(name, args.name_or_path, arch)
+    if args.print:
+        print(text, end="")
+        return 0
+    path = args.out / f"{name}.yaml"
+    path.write_text(text)
+    print(f"wrote {path}: use model={name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Compare runs: a terminal table, a heatmap of peak memory over the two swept axes (OOM cells
+marked), and a self-contained HTML report.
+
+    python -m grpo_exp.compare outputs/batch_x_generations/multirun_2026-11-22_10-00-00
+    python -m grpo_exp.compare run_dir_a run_dir_b --out report/
+    python -m grpo_exp.compare wandb:my-entity/grpo_exp --group batch_x_generations
+
+Local run dirs need no W&B: everything comes from summary.json and .hydra/overrides.yaml.
+"""
+
+import argparse
+import base64
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_exp.results import rundir
+
+FAILED_STATUSES = {"oom": "OOM", "predicted_oom": "pred. OOM", "failed": "failed", "invalid": "invalid",
+                   "mismatch": "mismatch", "stalled": "stalled", "interrupted": "interrupted"}
+
+
+@dataclass
+class Run:
+    name: str
+    overrides: dict[str, str]
+    summary: dict
+    path: Path | None = None  # the run dir (local runs)
+
+    @property
+    def status(self) -> str:
+        return self.summary.get("status", "unknown")
+
+    @property
+    def planned(self) -> bool:
+        """A trial of a planning sweep (action=plan): predicted figures only."""
+        return self.status == "planned"
+
+    @property
+    def peak_gib(self) -> float | None:
+        """The run's peak memory per training process: GPU reserved if measured, else host RSS;
+        for a planned trial, the planner's prediction."""
+        if self.planned:
+            return self.summary.get("plan/train/peak_gib")
+        for stat in ("reserved_max", "device_used_max", "host_rss_max"):
+            value = self.summary.get(f"memory/peak/train/{stat}_gib")
+            if value is not None:
+                return value
+        return None
+
+    @property
+    def planner_error_pct(self) -> float | None:
+        planned, measured = self.summary.get("plan/train/peak_gib"), self.peak_gib
+        return 100 * (planned - measured) / measured if planned is not None and measured else None
+
+
+def load_local(path: Path) -> list[Run]:
+    """One run dir, or every run dir (with a summary.json) directly below a multirun dir."""
+    has_summary = lambda d: (d / rundir.SUMMARY).exists()  # noqa: E731
+    dirs = [path] if has_summary(path) else sorted(
+        (d for d in path.iterdir() if has_summary(d)),
+        key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name),
+    )
+    return [Run(d.name, rundir.parse_overrides(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve()) for d in dirs]
+
+
+def load_wandb(project: str, group: str | None = None) -> list[Run]:
+    """Runs of a W&B project (needs the network and credentials)."""
+    import wandb
+
+    runs = wandb.Api().runs(project, filters={"group": group} if group else None)
+    out = []
+    for r in runs:
+        out.append(Run(r.name, rundir.parse_overrides(r.config.get("overrides", [])), dict(r.summary)))
+    return out
+
+
+def load(sources: list[str], group: str | None = None) -> list[Run]:
+    runs = []
+    for source in sources:
+        runs += load_wandb(source.removeprefix("wandb:"), group) if source.startswith("wandb:") else load_local(Path(source))
+    return runs
+
+
+def swept_keys(runs: list[Run]) -> list[str]:
+    """Override keys whose values differ between runs, in the order they were given."""
+    keys: list[str] = []
+    for run in runs:
+        keys += [k for k in run.overrides if k not in keys]
+    return [k for k in keys if len({run.overrides.get(k) for run in runs}) > 1]
+
+
+def rows(runs: list[Run]) -> list[dict]:
+    keys = swept_keys(runs)
+    if runs and all(run.planned for run in runs):  # a planning sweep: the planner's verdicts
+        return [{
+            "run": run.name, **{k: run.overrides.get(k, "") for k in keys},
+            "verdict": "fits" if run.summary.get("fits") else "OOM",
+            "plan GiB": run.summary.get("plan/train/peak_gib"), "vLLM GiB": run.summary.get("plan/vllm/peak_gib"),
+            "top fix": run.summary.get("suggestion") or "",
+        } for run in runs]
+    out = []
+    for run in runs:
+        s = run.summary
+        out.append({
+            "run": run.name,
+            **{k: run.overrides.get(k, "") for k in keys},
+            "status": run.status,
+            "peak GiB": run.peak_gib,
+            "vLLM GiB": s.get("memory/peak/vllm/device_used_max_gib"),
+            "tokens/s": s.get("throughput/tokens_per_s"),
+            "gen share": s.get("time/generate_share"),
+            "plan GiB": s.get("plan/train/peak_gib"),
+            "plan err %": run.planner_error_pct,
+            "oom phase": (s.get("oom") or {}).get("phase"),
+        })
+    return out
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return ""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def print_table(runs: list[Run], title: str = "runs") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    data = rows(runs)
+    if not data:
+        return
+    table = Table(title=title)
+    for column in data[0]:  # swept keys shown by their last part (num_generations), full in the HTML
+        table.add_column(column.rsplit(".", 1)[-1], justify="right" if column not in ("run", "status", "verdict", "top fix", "oom phase") else "left")
+    for run, row in zip(runs, data, strict=True):
+        style = None if row.get("status", row.get("verdict")) in ("completed", "fits") else "red"
+        if run.path is not None:  # each trial links to its run dir (a terminal with links opens it)
+            row = {**row, "run": f"[link=file://{run.path}]{row['run']}[/link]"}
+        table.add_row(*(_fmt(v) for v in row.values()), style=style)
+    Console(width=160).print(table)
+
+
+def heatmap(runs: list[Run], path: Path) -> Path | None:
+    """Peak memory over the first two swept axes; failed cells are labelled (OOM, pred. OOM, ...)."""
+    keys = swept_keys(runs)
+    if len(keys) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    xk, yk = keys[0], keys[1]
+
+    def ordered(k):
+        values = {run.overrides[k] for run in runs if k in run.overrides}
+        return sorted(values, key=lambda v: (float(v) if _is_number(v) else float("inf"), v))
+
+    xs, ys = ordered(xk), ordered(yk)
+    grid = np.full((len(ys), len(xs)), np.nan)
+    labels = [["" for _ in xs] for _ in ys]
+    for run in runs:
+        if run.overrides.get(xk) not in xs or run.overrides.get(yk) not in ys:
+            continue
+        i, j = ys.index(run.overrides[yk]), xs.index(run.overrides[xk])
+        fitted = run.summary.get("fits") if run.planned else run.status == "completed"
+        if fitted and run.peak_gib is not None:
+            grid[i, j] = run.peak_gib
+            labels[i][j] = f"{run.peak_gib:.2f}"
+        else:
+            labels[i][j] = "pred. OOM" if run.planned else FAILED_STATUSES.get(run.status, run.status)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(xs), 1.2 + 0.9 * len(ys)))
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis", origin="lower", aspect="auto")
+    for i in range(len(ys)):
+        for j in range(len(xs)):
+            failed = np.isnan(grid[i, j])
+            if failed and labels[i][j]:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#d62728", alpha=0.85, hatch="//", edgecolor="white"))
+            ax.text(j, i, labels[i][j], ha="center", va="center", color="white", fontsize=10, fontweight="bold" if failed else "normal")
+    ax.set_xticks(range(len(xs)), xs)
+    ax.set_yticks(range(len(ys)), ys)
+    ax.set_xlabel(xk)
+    ax.set_ylabel(yk)
+    ax.set_title("predicted peak memory per training process (GiB)" if all(r.planned for r in runs) else "peak memory per training process (GiB)")
+    fig.colorbar(image, ax=ax, label="GiB")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+        return True
+    except ValueError:
+        return False
+
+
+def html_report(runs: list[Run], png: Path | None, path: Path, title: str) -> Path:
+    """One self-contained HTML file: the table and the heatmap (inlined as base64)."""
+    data = rows(runs)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in data[0]) if data else ""
+    body = "".join(
+        f"<tr class='{'ok' if r.get('status', r.get('verdict')) in ('completed', 'fits') else 'bad'}'>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r.values()) + "</tr>"
+        for r in data
+    )
+    image = f"<img alt='peak memory heatmap' src='data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}'>" if png else ""
+    path.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+        "tr.bad{background:#fde2e2}th{background:#eee}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>{image}<table><tr>{head}</tr>{body}</table></body></html>\n"
+    )
+    return path
+
+
+def report(sources: list[str], out: Path | None = None, group: str | None = None) -> dict:
+    if len(sources) == 1 and (Path(sources[0]) / rundir.SUMMARY).exists():  # one run: its run report
+        from grpo_exp.results import report as run_report
+
+        run_report.print_report(Path(sources[0]))
+    runs = load(sources, group)
+    title = ", ".join(sources)
+    print_table(runs, title)
+    out = out or (Path(sources[0]) if not sources[0].startswith("wandb:") else Path("."))
+    out.mkdir(parents=True, exist_ok=True)
+    png = heatmap(runs, out / "compare_heatmap.png")
+    page = html_report(runs, png, out / "compare.html", title)
+    return {"runs": len(runs), "heatmap": png, "html": page}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m grpo_exp.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sources", nargs="+", help="multirun dir, run dirs, or wandb:<entity>/<project>")
+    parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
+    parser.add_argument("--group", help="W&B group (a sweep) to select")
+    args = parser.parse_args(argv)
+    result = report(args.sources, args.out, args.group)
+    print(f"{result['runs']} runs; heatmap: {result['heatmap'] or '(needs two swept axes)'}; report: {result['html']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""How a run ended: the one owner of statuses, exit codes and who explains a failure.
+
+    a rank's exception  -> classify()  -> ranks/rank<N>.json  (each rank writes only its own record)
+    rank 0's end        -> ranks/rank0.json with the run's measurements (peaks, throughput, metrics)
+    the driver          -> conclude()  -> summary.json status, exit_code, error (the only writer of the
+                           final status: it alone sees every rank's record, the exit code and train.log)
+
+Pure Python apart from classify(), which runs in a training process: the driver imports this module
+without torch.
+"""
+
+import json
+import re
+import time
+from pathlib import Path
+
+from grpo_exp.results import rundir
+
+# Exit codes of a single run, also summary.json["exit_code"].
+EXIT_OK = 0
+EXIT_FAILED = 1  # unexpected failure
+EXIT_INVALID = 2  # the config is wrong; nothing was launched
+EXIT_PREDICTED_OOM = 3  # preflight predicts an OOM; nothing was launched (preflight.on_oom=warn runs anyway)
+EXIT_OOM = 4  # a rank ran out of memory (CUDA or host); summary.json["oom"] says where
+EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined, or training stalled
+EXIT_PREEMPTED = 75  # stopped by SIGTERM/SIGUSR1/SIGUSR2 after saving a checkpoint (EX_TEMPFAIL: run it again)
+EXIT_INTERRUPTED = 130
+EXIT_CODES = {
+    "completed": EXIT_OK,
+    "planned": EXIT_OK,  # action=plan in a sweep: nothing was meant to run
+    "failed": EXIT_FAILED,
+    "invalid": EXIT_INVALID,
+    "predicted_oom": EXIT_PREDICTED_OOM,
+    "oom": EXIT_OOM,
+    "mismatch": EXIT_HANG_PREVENTED,
+    "rendezvous_timeout": EXIT_HANG_PREVENTED,
+    "stalled": EXIT_HANG_PREVENTED,
+    "interrupted": EXIT_INTERRUPTED,
+    "preempted": EXIT_PREEMPTED,
+}
+
+# Which rank's end explains the run: a config mismatch first, then an OOM over a crash (a peer's
+# crash is often just the broken connection an OOM'd rank left), a crash over an interruption;
+# the earliest first. A completed or preempted rank explains nothing when another one failed.
+_CAUSE_PRIORITY = {"mismatch": 0, "oom": 1, "failed": 2, "interrupted": 3, "preempted": 4, "completed": 5}
+
+_CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
+_CUDA_OOM = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)")
+_UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}
+_KILLED = "Signal 9 (SIGKILL)"  # torchrun's words for a rank the kernel's OOM killer took
+_RENDEZVOUS_TIMEOUT = re.compile(r"(Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.|DistNetworkError.*|RendezvousTimeoutError.*)")
+
+
+def write_status(run_dir: Path, status: str, **fields) -> dict:
+    """summary.json gains `status`, its exit code and `fields` (the driver's before and after launch).
+    A running run has no exit code yet; an ended one gets its end time (ended_at, beside started_at)."""
+    if status == "running":
+        return rundir.write_summary(run_dir, status=status, exit_code=None, **fields)
+    return rundir.write_summary(run_dir, status=status, exit_code=EXIT_CODES[status], ended_at=time.time(), **fields)
+
+
+def oom_details(exc: BaseException) -> dict | None:
+    """{'kind': 'cuda'|'host', 'requested_bytes': ...} when `exc` is an out-of-memory error, else None."""
+    import torch
+
+    text = str(exc)
+    if isinstance(exc, torch.OutOfMemoryError) or _CUDA_OOM.search(text):
+        found = _CUDA_OOM.search(text)
+        return {"kind": "cuda", "requested_bytes": int(float(found.group(1)) * _UNITS[found.group(2)]) if found else None}
+    if isinstance(exc, MemoryError) or _CPU_OOM.search(text) or "DefaultCPUAllocator: not enough memory" in text:
+        found = _CPU_OOM.search(text)
+        return {"kind": "host", "requested_bytes": int(found.group(1)) if found else None}
+    return None
+
+
+def classify(exc: BaseException, rank: int, phases=None) -> dict:
+    """A rank's record for the exception that ended it: status oom (where, how much), mismatch,
+    interrupted or failed."""
+    from grpo_exp.launching.consistency import Mismatch
+
+    record = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
+    if isinstance(exc, KeyboardInterrupt):
+        return {**record, "status": "interrupted", "error": None}
+    if isinstance(exc, Mismatch):
+        return {**record, "status": "mismatch", "error": str(exc)}
+    oom = oom_details(exc)
+    if oom is None:
+        return {**record, "status": "failed"}
+    snapshot = phases.probe.snapshot() if phases is not None else None
+    phase = phases.failed_phase if phases is not None else None
+    return {**record, "status": "oom", "oom": {"phase": phase, "rank": rank, **oom, "snapshot": snapshot}}
+
+
+def read_records(run_dir: Path) -> list[dict]:
+    folder = Path(run_dir) / rundir.RANKS
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))] if folder.is_dir() else []
+
+
+def root_cause(records: list[dict]) -> dict | None:
+    """The record that explains the run (see _CAUSE_PRIORITY), or None without records."""
+    if not records:
+        return None
+    return min(records, key=lambda r: (_CAUSE_PRIORITY.get(r["status"], 2), r.get("time", 0)))
+
+
+def explain(records: list[dict]) -> dict:
+    """The run's status as rank 0 can tell it before exiting (its W&B summary): the root cause's
+    status and error over rank 0's own measurements."""
+    own = next((r for r in records if r.get("rank") == 0), {})
+    cause = root_cause(records) or own
+    return {**own, "status": cause.get("status", "failed"), "error": cause.get("error"), **({"oom": cause["oom"]} if "oom" in cause else {})}
+
+
+def status_of(run_dir: Path, code: int) -> str:
+    """The run's status as this node's records tell it, else as the launcher's exit code does."""
+    records = read_records(run_dir)
+    if records:
+        return explain(records)["status"]
+    return {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted", EXIT_PREEMPTED: "preempted"}.get(code, "failed")
+
+
+def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
+    """Write this node's final summary.json from its ranks' records, the launcher's exit code and
+    train.log; the driver calls this once, after every process of the node has exited."""
+    log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
+    killed = " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out." if _KILLED in log_text else ""
+    records = read_records(run_dir)
+    final = rundir.read_summary(run_dir).get("status")
+    if not records and final not in (None, "running"):  # a dedicated serving node recorded node 0's word
+        return write_status(run_dir, final, wall_s=wall_s)
+    if records:
+        ended = explain(records)
+        ended.pop("rank", None)
+        ended.pop("time", None)
+        if killed and ended["status"] == "failed":  # the survivors saw only the broken connection
+            ended["error"] = f"{ended.get('error')}.{killed}"
+        return write_status(run_dir, ended.pop("status"), **ended, wall_s=wall_s)
+    if code == EXIT_OK:  # a node without rank 0: the run's summary lives on node 0
+        return write_status(run_dir, "completed", wall_s=wall_s, note="rank 0's node holds the run's metrics")
+    if code == EXIT_INTERRUPTED:
+        return write_status(run_dir, "interrupted", wall_s=wall_s)
+    stacks = sorted((run_dir / rundir.STACKS).glob("rank*.txt")) if (run_dir / rundir.STACKS).is_dir() else []
+    if stacks:
+        return write_status(run_dir, "stalled", wall_s=wall_s, error=f"no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: {', '.join(map(str, stacks))}")
+    timeout = _RENDEZVOUS_TIMEOUT.search(log_text)
+    if timeout:
+        return write_status(
+            run_dir,
+            "rendezvous_timeout",
+            wall_s=wall_s,
+            error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
+            "command on every node with its topology.node_rank, and check topology.master_addr/master_port are reachable",
+        )
+    return write_status(run_dir, "failed", wall_s=wall_s, error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}")

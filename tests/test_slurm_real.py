@@ -1,0 +1,117 @@
+"""launcher=slurm on a real SLURM cluster: the one-node cluster scripts/slurm_local.sh sets up
+(.ci/run runs it where it can). Skipped, with the reason, where no cluster answers."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from grpo_exp.results import outcome, rundir
+from grpo_exp.training import build
+from tests.conftest import REPO, compose_cfg
+
+
+def _cluster_problem() -> str | None:
+    if shutil.which("sbatch") is None:
+        return "no sbatch on PATH (sudo bash scripts/slurm_local.sh sets up a one-node cluster)"
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20).stdout.split()
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"sinfo failed: {exc}"
+    if not any(s.rstrip("*") in ("idle", "mixed", "allocated") for s in states):
+        return f"no SLURM node is up (sinfo: {states or 'nothing'}); sudo bash scripts/slurm_local.sh starts one"
+    return None
+
+
+PROBLEM = _cluster_problem()
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(PROBLEM is not None, reason=f"real SLURM: {PROBLEM}")]
+SLURM = ["launcher=slurm", "launcher.slurm.cpus_per_task=1", "launcher.slurm.time_min=10", "logger=none", "topology.cpu_procs=1"]
+
+
+def _squeue(job_id: str) -> str:
+    return subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+
+
+def test_a_run_completes_on_slurm(cli):
+    result, run_dir = cli(*SLURM, "trainer.max_steps=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "completed" and summary["global_step"] == 2
+    assert [m["step"] for m in rundir.read_metrics(run_dir)] == [1, 2]
+    assert summary["slurm_job_id"] and summary["started_at"] < summary["ended_at"]
+    assert list((run_dir / rundir.SLURM).glob("*_log.out"))  # submitit's job logs
+
+
+def test_a_failing_run_brings_its_status_and_exit_code_back(cli, tmp_path, model_cache, monkeypatch):
+    """A model that passes the driver's checks and fails in the worker while loading (as in test_e2e)."""
+    monkeypatch.setenv("GRPO_EXP_CACHE", str(model_cache))
+    broken = tmp_path / "broken_model"
+    shutil.copytree(build.model_path(compose_cfg()), broken)
+    (broken / "config.json").write_text('{"model_type": "no_such_architecture"}')
+    result, run_dir = cli(*SLURM, f"model.name_or_path={broken}")
+    summary = rundir.read_summary(run_dir)
+    assert result.returncode == outcome.EXIT_FAILED, result.stdout[-3000:] + result.stderr[-3000:]
+    assert summary["status"] == "failed" and "no_such_architecture" in summary["error"]
+
+
+def test_an_oom_trial_is_a_result_and_trials_run_at_the_same_time(cli):
+    """A 4-trial grid as concurrent jobs (2 CPUs: two at a time); two trials OOM on purpose."""
+    result, sweep_dir = cli(
+        *SLURM, "trainer.max_steps=2", "memory.limit_gib=3", "launcher.slurm.max_parallel=4",
+        "+data.rewards.hog._target_=tests.memory_hog.memory_hog", "+data.rewards.hog.only_rank=0",
+        "+data.rewards.hog.gib=0,8", "seed=1,2", multirun=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summaries = [rundir.read_summary(d) for d in sorted(p.parent for p in sweep_dir.glob("*/summary.json"))]
+    assert len(summaries) == 4
+    statuses = sorted(s["status"] for s in summaries)
+    assert statuses == ["completed", "completed", "oom", "oom"], statuses
+    assert "oom" in result.stdout and "completed" in result.stdout  # the sweep's table
+    spans = sorted((s["started_at"], s["ended_at"]) for s in summaries)
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), f"no two trials overlapped: {spans}"
+
+
+def test_a_stopped_driver_cancels_its_job(model_cache, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "grpo_exp", *SLURM, "trainer.max_steps=10000", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while not rundir.read_summary(run_dir).get("slurm_job_id") and time.time() < deadline:
+            time.sleep(1)
+        job_id = rundir.read_summary(run_dir).get("slurm_job_id")
+        assert job_id, "the job was never submitted"
+        while _squeue(job_id) != "RUNNING" and time.time() < deadline:
+            time.sleep(1)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=60) == outcome.EXIT_INTERRUPTED, driver.stdout.read()[-3000:]
+        deadline = time.time() + 60
+        while _squeue(job_id) not in ("", "CANCELLED") and time.time() < deadline:
+            time.sleep(1)
+        assert _squeue(job_id) in ("", "CANCELLED"), f"job {job_id} outlived its driver: {_squeue(job_id)}"
+    finally:
+        driver.kill()
+        subprocess.run(["scancel", str(rundir.read_summary(run_dir).get("slurm_job_id", "0"))], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_job_at_its_time_limit_requeues_and_resumes_to_the_final_step(cli):
+    """time_min=2 with the warning 60 s before: SLURM signals each attempt 30-60 s in (its timer
+    ticks every 30 s); the ranks save, the job requeues itself and the next attempt resumes."""
+    steps = 1200  # about 0.07 s each on 2 cores: longer than one attempt
+    result, run_dir = cli(
+        *SLURM, f"trainer.max_steps={steps}", "launcher.slurm.time_min=2", "launcher.slurm.signal_delay_s=60",
+        "launcher.slurm.max_requeues=6", "preemption.grace_s=20", timeout=1200,
+    )
+    summary = rundir.read_summary(run_dir)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + str(summary)
+    assert summary["status"] == "completed" and summary["global_step"] == steps
+    assert summary["resumes"] and summary["slurm_restarts"] >= 1, summary
+    assert [m["step"] for m in rundir.read_metrics(run_dir)] == list(range(1, steps + 1))
