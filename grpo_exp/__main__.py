@@ -145,7 +145,7 @@ def run(cfg: DictConfig) -> float:
     except Mismatch as exc:  # a dedicated serving node runs another config
         rundir.write_rank_record(run_dir, node.node_rank, {"status": "mismatch", "error": str(exc)})
         code = outcome.EXIT_HANG_PREVENTED
-    summary = outcome.conclude(run_dir, code, time.time() - started)
+    summary = _concluded(run_dir, code, started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
     if not sweeping:  # a sweep ends with its table instead
         report.print_report(run_dir, summary)
@@ -178,9 +178,18 @@ def _gather(until_running: int = 0) -> None:
     from grpo_exp.launching import slurm
 
     for submitted, code in slurm.wait(_session.in_flight, until_running):
-        summary = outcome.conclude(submitted.run_dir, code, time.time() - submitted.started)
+        summary = _concluded(submitted.run_dir, code, submitted.started)
         log.info("%s: %s (job %s)", submitted.run_dir.name, summary["status"], submitted.job.job_id)
         _session.in_flight.remove(submitted)
+
+
+def _concluded(run_dir: Path, code: int, started: float) -> dict:
+    """The run's final summary: a SLURM job's node-0 task concluded it already (its wall_s is the
+    job's run time, not the queue's); otherwise conclude it here from the records and exit code."""
+    summary = rundir.read_summary(run_dir)
+    if summary.get("status") not in (None, "running"):
+        return summary if "wall_s" in summary else rundir.write_summary(run_dir, wall_s=time.time() - started)
+    return outcome.conclude(run_dir, code, time.time() - started)
 
 
 def _fit(cfg: DictConfig, plan, memory: dict) -> dict:

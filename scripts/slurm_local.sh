@@ -16,10 +16,6 @@ if [[ ${1:-} == stop ]]; then
 fi
 [[ $(id -u) == 0 ]] || { echo "slurm_local.sh: needs root (apt, /etc/slurm, daemons)" >&2; exit 2; }
 
-if pgrep -x slurmd >/dev/null && sinfo -h -o %T 2>/dev/null | grep -qE "^(idle|mixed|allocated)"; then
-  echo "slurm ready (already running)"; exit 0
-fi
-
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
@@ -41,7 +37,7 @@ chmod 400 /etc/munge/munge.key
 pgrep -x munged >/dev/null || su -s /bin/sh munge -c "/usr/sbin/munged" 2>/dev/null || /usr/sbin/munged --force
 
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
-cat > /etc/slurm/slurm.conf <<CONF
+cat > /etc/slurm/slurm.conf.new <<CONF
 # Written by grpo_exp's scripts/slurm_local.sh: a one-node cluster for tests.
 ClusterName=grpo_exp_local
 SlurmctldHost=$host
@@ -65,10 +61,18 @@ JobRequeue=1
 KillWait=30
 MinJobAge=300
 NodeName=$host CPUs=$cpus RealMemory=$mem_mb State=UNKNOWN
-PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
+# Up to two jobs per core: the tests run several small jobs at once on a 2-core machine.
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
 CONF
 
 
+changed=0
+cmp -s /etc/slurm/slurm.conf.new /etc/slurm/slurm.conf || changed=1
+mv /etc/slurm/slurm.conf.new /etc/slurm/slurm.conf
+
+if [[ $changed == 1 ]] && pgrep -x slurmctld >/dev/null; then
+  scontrol reconfigure  # running daemons take the new configuration
+fi
 pgrep -x slurmctld >/dev/null || slurmctld
 pgrep -x slurmd >/dev/null || slurmd
 

@@ -47,12 +47,33 @@ def test_activation_logit_and_kv_components_hand_computed():
     x = plan_inputs("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=2",
                     "trainer.max_completion_length=1024", "data.max_prompt_length=512")
     c = planner.estimate_train(x).components
-    s, h, kv, f, V = 1536, 3584, 512, 18944, 152064
-    assert c["activations"] == 28 * 2 * s * (20 * h + 4 * kv + 8 * f)
-    assert c["logits"] == 3 * 2 * 1025 * V * 2
+    s, h, q, kv, f, V, C = 1536, 3584, 3584, 512, 18944, 152064, 1024
+    c_h, c_q, c_kv, c_f, _ = planner.ACTIVATION_BYTES_PER_TOKEN["bf16"]  # qwen2: no q/k norm
+    per_layer = 2 * s * (c_h * h + c_q * q + c_kv * kv + c_f * f + 2 * (q - kv) * 2)  # + GQA keys/values repeated (padding)
+    assert c["activations"] == pytest.approx(28 * per_layer)
+    # trl's fused LM head on a GPU: the completion tokens' tile, fp32 per-token stats, d(hidden) and d(weight) in fp32
+    tokens = 2 * C
+    assert c["logits"] == pytest.approx(2 * s * h * 8 + min(tokens, 4096) * 32768 * 2 + 6 * tokens * 4 + tokens * h * 4 + V * h * 4)
     assert c["kv_cache"] == 2 * 28 * kv * 2 * s * 2  # vllm off: generate() holds K and V for 2 sequences
     with_ckpt = planner.estimate_train(dataclasses.replace(x, checkpointing=True)).components
-    assert with_ckpt["activations"] == 28 * 2 * s * h * 2 + 2 * s * (20 * h + 4 * kv + 8 * f)
+    assert with_ckpt["activations"] == pytest.approx(28 * 2 * s * h * 2 + per_layer)
+
+
+def test_lora_keeps_the_lm_head_frozen_so_no_fp32_weight_gradient():
+    full = planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8")).components["logits"]
+    lora = planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "peft=lora")).components["logits"]
+    assert full - lora == pytest.approx(152064 * 3584 * 4)
+
+
+def test_deepspeed_buffers_follow_the_deepspeed_group():
+    buffers = lambda *o: planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", *o)).components["deepspeed_buffers"]  # noqa: E731
+    assert buffers() == 0
+    assert buffers("deepspeed=zero2") == 3584**2 * 2  # reduce_bucket_size "auto" = hidden^2 elements
+    assert buffers("deepspeed=zero2", "deepspeed.zero_optimization.reduce_bucket_size=5e8") == 5e8 * 2
+    assert buffers("deepspeed=zero2", "deepspeed.zero_optimization.overlap_comm=true") == 2 * 3584**2 * 2
+    live = 152064 * 3584 + 0.9 * 3584**2  # the LM head (largest) + the prefetch bucket
+    assert buffers("deepspeed=zero3") == pytest.approx(live * 2 + 3584**2 * 2)
+    assert buffers("deepspeed=zero3", "deepspeed.zero_optimization.stage3_max_live_parameters=1e8") == pytest.approx(1e8 * 2 + 3584**2 * 2)
 
 
 def test_reference_model_only_with_beta_and_no_lora():

@@ -222,6 +222,9 @@ class PreflightConfig:
     # saves memory; exit 3 if none fits). Applied changes are listed in `fitted` ("key: old -> new").
     on_oom: str = "refuse"
     fitted: List[str] = field(default_factory=list)
+    # A file from `python -m grpo_exp.calibrate <measured runs>`: per-component correction factors the
+    # planner applies to plans on the same kind of device (null: the formulas as they are).
+    calibration: Optional[str] = None
 
 
 @dataclass

@@ -290,6 +290,19 @@ def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
     return needed
 
 
+def check_calibration(cfg: DictConfig) -> list[Problem]:
+    path = cfg.preflight.calibration
+    if not path:
+        return []
+    from grpo_exp.planning import calibration
+
+    try:
+        calibration.load(path)
+    except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+        return [Problem("preflight.calibration", f"cannot be read: {exc}", "give a file written by python -m grpo_exp.calibrate <measured run dirs>, or null")]
+    return []
+
+
 def check_model_path(cfg: DictConfig) -> list[Problem]:
     model = cfg.model.name_or_path
     if model and is_local_path(model) and not (Path(model).expanduser() / "config.json").is_file():
@@ -480,7 +493,7 @@ def validate(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
         return problems
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg)
     bad = {p.key for p in values}
-    problems = values + check_trl_rules(cfg) + check_model_path(cfg) + check_rewards(cfg) + check_deepspeed(cfg)
+    problems = values + check_trl_rules(cfg) + check_model_path(cfg) + check_calibration(cfg) + check_rewards(cfg) + check_deepspeed(cfg)
     problems += data.preflight(cfg.data, reward_columns(cfg))
     if not bad & {"peft.r", "model.dtype"}:
         problems += check_lora(cfg)

@@ -105,7 +105,7 @@ def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted,
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         while sum(not s.job.done() for s in jobs) > until_running:
-            time.sleep(2)
+            time.sleep(0.5)  # done() looks for the result file: cheap
         return [(s, _exit_code(s)) for s in jobs if s.job.done()]
     except KeyboardInterrupt:
         for s in jobs:

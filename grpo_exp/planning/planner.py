@@ -11,11 +11,27 @@ from dataclasses import dataclass, field, replace
 from omegaconf import DictConfig
 
 from grpo_exp import GIB
+from grpo_exp.planning.calibration import GROUPS
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
 CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl resident (measured here: ~0.5 GiB)
 FRAGMENTATION = 0.05  # allocator reserve on top of live tensors (expandable_segments keeps it low)
+# Saved-for-backward bytes per token of one decoder layer, as coefficients of (hidden, q_dim =
+# heads x head_dim, kv_dim, intermediate, q_dim + kv_dim when q/k are RMS-normed as in Qwen3), for
+# fp32 weights, fp32 weights under bf16 autocast, and bf16 weights. Least squares over Qwen2.5-0.5B,
+# 1.5B, 7B, Qwen3-0.6B, 1.7B, 4B and Llama-3.1-8B widths: every one within 0.3%. Structurally: four
+# copies of the MLP's intermediate, about six of the hidden state (norms in fp32, residual), two of
+# q and of k/v (rotary, attention in and out); flash/memory-efficient attention keeps no s x s.
+ACTIVATION_BYTES_PER_TOKEN = {
+    "fp32": (23.5, 7.89, 9.45, 16.15, 8.02),
+    "autocast": (25.5, 3.89, 5.45, 8.15, 6.02),
+    "bf16": (15.75, 3.96, 4.73, 8.08, 6.02),
+}
+QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
+# The LM head's tensors saved for backward, bytes per token per hidden unit, by the weights' bytes:
+# the final hidden state and its norm's input and output (fp32 weights: three fp32 copies).
+HEAD_SAVED_BYTES_PER_HIDDEN = {4: 12, 2: 8}
 VLLM_NON_TORCH = 1.3 * GIB  # NCCL, CUDA context of the engine (vLLM's own startup log, PR #11743)
 VLLM_CUDA_GRAPHS = 1.0 * GIB  # captured graphs, outside gpu_memory_utilization (0.4-3.3 GiB seen)
 VLLM_PROFILE_TOKENS = 8192  # vLLM's max_num_batched_tokens default for the server
@@ -54,10 +70,28 @@ class Inputs:
     ds3_gather_for_generation: bool
     sub_group_size: float = 1e9  # ZeRO-3 zero_optimization.sub_group_size (DeepSpeed's default)
     device: str = "cuda"
+    autocast: bool = False  # 16-bit autocast over float32 weights (GRPOConfig bf16/fp16 with model.dtype float32)
+    qk_norm: bool = False  # RMSNorm on q and k (Qwen3): more saved activations
+    # DeepSpeed's buffers, in elements (zero_optimization; "auto" as the HF integration fills it)
+    reduce_bucket: float = 5e8
+    allgather_bucket: float = 5e8
+    overlap_comm: bool = False
+    zero3_max_live: float = 1e9  # stage3_max_live_parameters
+    zero3_prefetch: float = 5e7  # stage3_prefetch_bucket_size
+    calibration: tuple = ()  # (group, factor) pairs from preflight.calibration (calibration.py)
 
     @property
     def kv_dim(self) -> int:
         return self.kv_heads * self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per element of what layers compute: 16-bit under autocast or with 16-bit weights."""
+        return 2 if self.autocast else self.dtype_bytes
 
 
 @dataclass
@@ -154,7 +188,33 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         vllm_sleep=v.enable_sleep_mode,
         ds3_gather_for_generation=t.ds3_gather_for_generation,
         sub_group_size=float(zero.get("sub_group_size", 1e9)) if ds else 1e9,
+        autocast=DTYPE_BYTES[m.dtype] == 4 and bool(t.bf16 or t.fp16),
+        qk_norm=m.model_type in QK_NORM_MODELS,
+        reduce_bucket=_elements(zero.get("reduce_bucket_size"), m.hidden_size**2),
+        allgather_bucket=_elements(zero.get("allgather_bucket_size"), 5e8),
+        overlap_comm=bool(zero.get("overlap_comm", False)),
+        zero3_max_live=_elements(zero.get("stage3_max_live_parameters"), 1e9),
+        zero3_prefetch=_elements(zero.get("stage3_prefetch_bucket_size"), 0.9 * m.hidden_size**2),
+        calibration=_calibration(cfg, plan.device),
     )
+
+
+def _elements(value, auto: float) -> float:
+    """A DeepSpeed size in elements: "auto" is what transformers' integration fills in (hidden^2 for
+    reduce_bucket_size, 0.9 hidden^2 for stage3_prefetch_bucket_size); unset is DeepSpeed's default."""
+    return auto if value is None or value == "auto" else float(value)
+
+
+def _calibration(cfg: DictConfig, device: str) -> tuple:
+    """preflight.calibration's factors as (group, factor) pairs, when they were fitted on this kind
+    of device (a CPU calibration says nothing about a GPU)."""
+    path = cfg.preflight.get("calibration")
+    if not path:
+        return ()
+    from grpo_exp.planning import calibration
+
+    data = calibration.load(path)
+    return tuple(sorted(data["factors"].items())) if data.get("device") == device else ()
 
 
 def model_states(x: Inputs) -> dict[str, float]:
@@ -189,10 +249,69 @@ def model_states(x: Inputs) -> dict[str, float]:
     return {"weights": weights, "gradients": grads16 + fp32_grads, "optimizer": optimizer}
 
 
-def _activations_per_layer(x: Inputs, seqs: int, tokens: int) -> float:
-    """Saved-for-backward tensors of one Llama/Qwen block (SwiGLU, GQA, RMSNorm, SDPA attention):
-    tokens x (20h + 4 kv_dim + 8f) bytes at 2 bytes/element (Korthikanti et al. adapted)."""
-    return seqs * tokens * (20 * x.hidden + 4 * x.kv_dim + 8 * x.intermediate) * x.dtype_bytes / 2
+def _activations_per_layer(x: Inputs, tokens: int) -> float:
+    """Bytes one Llama/Qwen decoder layer saves for backward, fitted to the exact saved-tensor bytes
+    of a GRPO training forward on 7 architectures (training/saved_bytes.py; docs/memory-planner.md).
+    Padded batches (GRPO's always are) make transformers repeat the GQA keys and values to every
+    head: 2 (q_dim - kv_dim) more elements per token."""
+    regime = "bf16" if x.dtype_bytes == 2 else ("autocast" if x.autocast else "fp32")
+    c_h, c_q, c_kv, c_f, c_qk = ACTIVATION_BYTES_PER_TOKEN[regime]
+    per_token = c_h * x.hidden + c_q * x.q_dim + c_kv * x.kv_dim + c_f * x.intermediate + (c_qk * (x.q_dim + x.kv_dim) if x.qk_norm else 0.0)
+    return tokens * (per_token + 2 * (x.q_dim - x.kv_dim) * x.activation_bytes)
+
+
+def lm_head_saved(x: Inputs, tokens: int) -> float:
+    """What the final norm and the fused LM head keep for backward (measured: saved_bytes.py)."""
+    return tokens * x.hidden * HEAD_SAVED_BYTES_PER_HIDDEN[x.dtype_bytes]
+
+
+def _fused_head(x: Inputs, b: int, seq: int, backward: bool) -> float:
+    """The LM head as trl >= 1.x runs it (trl/kernels/chunked_logprob.py, patched in by GRPOTrainer):
+    the (tokens x vocab) logits are never materialised. It keeps a final hidden state per token for
+    backward and, while it runs, one fp32/16-bit tile of TOKEN_CHUNK_SIZE x chunk_size logits; its
+    backward adds fp32 accumulators for d(hidden) and, when the LM head trains, d(weight)."""
+    tokens = b * x.completion if x.device == "cuda" else b * seq  # CUDA scores only the completion tokens
+    tile = min(tokens, 4096) * min(x.vocab, 32768) * x.activation_bytes
+    saved = lm_head_saved(x, b * seq)
+    per_token_stats = 6 * tokens * 4  # log-sum-exp, target logit, entropy sums (fp32)
+    if not backward:
+        return tile + per_token_stats
+    lm_head_trains = not x.lora_params
+    return saved + tile + per_token_stats + tokens * x.hidden * 4 + (x.vocab * x.hidden * 4 if lm_head_trains else 0.0)
+
+
+def _layer_params(x: Inputs) -> int:
+    """Weights of one decoder layer: q and o, k and v, the MLP's gate, up and down projections."""
+    return 2 * x.hidden * x.q_dim + 2 * x.hidden * x.kv_dim + 3 * x.hidden * x.intermediate
+
+
+def _deepspeed_buffers(x: Inputs, wb: int) -> float:
+    """What DeepSpeed holds besides the model states during backward: ZeRO-1/2's gradient reduce
+    bucket (overlap_comm keeps a second one in flight), ZeRO-3's parameters gathered on the fly -
+    the module running, the prefetch bucket, at most stage3_max_live_parameters - and its bucket."""
+    if x.zero_stage in (1, 2):
+        return x.reduce_bucket * wb * (2 if x.overlap_comm else 1)
+    if x.zero_stage == 3 and not x.offload_params:
+        largest = max(_layer_params(x), x.vocab * x.hidden)  # a decoder layer or the embedding / LM head
+        live = min(x.zero3_max_live, largest + x.zero3_prefetch)
+        return live * wb + x.reduce_bucket * wb
+    return 0.0
+
+
+def train_phase_parts(x: Inputs) -> dict[str, float]:
+    """The uncalibrated train-phase peak split into calibration.GROUPS, plus 'other' (a colocated
+    vLLM engine's resident share), in bytes: what calibration fits factors against."""
+    e = estimate_train(replace(x, calibration=()))
+    c = e.components
+    scale = 1 + FRAGMENTATION
+    parts = {
+        "states": scale * (c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"] + c["gradients"] + c["zero1_full_gradients"]
+                           + c["autocast_weights"] + c["deepspeed_buffers"]),
+        "activations": scale * c["activations"],
+        "logits": scale * c["logits"],
+    }
+    parts["other"] = e.phases["train"] - sum(parts.values())
+    return parts
 
 
 def estimate_train(x: Inputs) -> RoleEstimate:
@@ -203,14 +322,17 @@ def estimate_train(x: Inputs) -> RoleEstimate:
     c["reference_model"] = (x.params * wb / (x.world_size if x.zero_stage == 3 else 1)) if x.ref_model else 0.0
     trainable_bytes = (x.lora_params * 4) if x.lora_params else x.params * wb
     c["zero1_full_gradients"] = trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0
-    per_layer = _activations_per_layer(x, b, seq)
-    if x.checkpointing:  # layer inputs kept, one layer's activations alive while it is recomputed
-        c["activations"] = x.layers * b * seq * x.hidden * wb + per_layer
+    per_layer = _activations_per_layer(x, b * seq)
+    if x.checkpointing:  # layer inputs kept (the residual stream's dtype), one layer alive while it is recomputed
+        c["activations"] = x.layers * b * seq * x.hidden * (4 if x.autocast else wb) + per_layer
     else:
         c["activations"] = x.layers * per_layer
-    # logits of the completion tokens, their log-softmax kept for backward, and d(loss)/d(logits)
-    c["logits"] = 3 * b * (x.completion + 1) * x.vocab * wb
-    scoring_logits = 2 * b * (x.completion + 1) * x.vocab * wb  # no-grad chunk of b sequences
+    c["logits"] = _fused_head(x, b, seq, backward=True)
+    scoring_logits = _fused_head(x, b, seq, backward=False)  # no-grad log-probs of b sequences
+    # bf16 autocast over fp32 weights keeps a 16-bit copy of every decoder layer's weights for
+    # backward (measured; not the embedding or the fused LM head); checkpointing: one layer's
+    c["autocast_weights"] = 2 * _layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0
+    c["deepspeed_buffers"] = _deepspeed_buffers(x, wb)
     generation_seqs = b * x.steps_per_generation  # this rank's share of the generation batch
     if x.vllm_mode == "off":
         c["kv_cache"] = 2 * x.layers * x.kv_dim * wb * seq * generation_seqs
@@ -231,12 +353,16 @@ def estimate_train(x: Inputs) -> RoleEstimate:
     c["vllm_colocated"] = vllm_awake
     c["runtime"] = CUDA_CONTEXT if x.device == "cuda" else CPU_RUNTIME
 
+    for name, factor in x.calibration:  # preflight.calibration: factors fitted on measured runs
+        for component in GROUPS[name]:
+            c[component] *= factor
     persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"]
     phases = {
         "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"],
         "score": persistent + vllm_resident + scoring_logits,
-        "train": persistent + vllm_resident + c["activations"] + c["logits"] + c["gradients"] + c["zero1_full_gradients"],
-        "optimizer": persistent + vllm_resident + c["gradients"],
+        "train": persistent + vllm_resident + c["activations"] + c["autocast_weights"] + c["logits"] + c["gradients"]
+        + c["zero1_full_gradients"] + c["deepspeed_buffers"],
+        "optimizer": persistent + vllm_resident + c["gradients"] + (x.allgather_bucket * wb if x.zero_stage in (1, 2) else 0.0),
     }
     torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
     phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}

@@ -125,9 +125,6 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
     log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
     killed = " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out." if _KILLED in log_text else ""
     records = read_records(run_dir)
-    final = rundir.read_summary(run_dir).get("status")
-    if not records and final not in (None, "running"):  # a dedicated serving node recorded node 0's word
-        return write_status(run_dir, final, wall_s=wall_s)
     if records:
         ended = explain(records)
         ended.pop("rank", None)
