@@ -16,6 +16,10 @@ from grpo_exp.planning.calibration import GROUPS
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
 CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl resident (measured here: ~0.5 GiB)
+# Under memory.limit_gib a CPU rank is capped by RLIMIT_DATA, which counts address space, not RSS:
+# an idle worker (torch, transformers, trl imported) already holds 1.5 GiB of it (VmData, measured
+# here), and tensors count from allocation, touched or not.
+CPU_RUNTIME_UNDER_LIMIT = 1.5 * GIB
 FRAGMENTATION = 0.05  # allocator reserve on top of live tensors (expandable_segments keeps it low)
 # Saved-for-backward bytes per token of one decoder layer, as coefficients of (hidden, q_dim =
 # heads x head_dim, kv_dim, intermediate, q_dim + kv_dim when q/k are RMS-normed as in Qwen3), for
@@ -72,6 +76,7 @@ class Inputs:
     device: str = "cuda"
     autocast: bool = False  # 16-bit autocast over float32 weights (GRPOConfig bf16/fp16 with model.dtype float32)
     qk_norm: bool = False  # RMSNorm on q and k (Qwen3): more saved activations
+    address_space_limited: bool = False  # a CPU rank under memory.limit_gib (RLIMIT_DATA)
     # DeepSpeed's buffers, in elements (zero_optimization; "auto" as the HF integration fills it)
     reduce_bucket: float = 5e8
     allgather_bucket: float = 5e8
@@ -190,6 +195,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         sub_group_size=float(zero.get("sub_group_size", 1e9)) if ds else 1e9,
         autocast=DTYPE_BYTES[m.dtype] == 4 and bool(t.bf16 or t.fp16),
         qk_norm=m.model_type in QK_NORM_MODELS,
+        address_space_limited=plan.device == "cpu" and cfg.memory.limit_gib is not None,
         reduce_bucket=_elements(zero.get("reduce_bucket_size"), m.hidden_size**2),
         allgather_bucket=_elements(zero.get("allgather_bucket_size"), 5e8),
         overlap_comm=bool(zero.get("overlap_comm", False)),
@@ -269,9 +275,10 @@ def _fused_head(x: Inputs, b: int, seq: int, backward: bool) -> float:
     """The LM head as trl >= 1.x runs it (trl/kernels/chunked_logprob.py, patched in by GRPOTrainer):
     the (tokens x vocab) logits are never materialised. It keeps a final hidden state per token for
     backward and, while it runs, one fp32/16-bit tile of TOKEN_CHUNK_SIZE x chunk_size logits; its
-    backward adds fp32 accumulators for d(hidden) and, when the LM head trains, d(weight)."""
+    backward adds fp32 accumulators for d(hidden) and, when the LM head trains, d(weight). The tile
+    is 4096 x 32768 (trl's TOKEN_CHUNK_SIZE x _CHUNKED_LOGPROB_CHUNK_SIZE): 512 MiB in fp32."""
     tokens = b * x.completion if x.device == "cuda" else b * seq  # CUDA scores only the completion tokens
-    tile = min(tokens, 4096) * min(x.vocab, 32768) * x.activation_bytes
+    tile = min(tokens, 4096) * 32768 * x.activation_bytes  # allocated at the full chunk width, whatever the vocabulary
     saved = lm_head_saved(x, b * seq)
     per_token_stats = 6 * tokens * 4  # log-sum-exp, target logit, entropy sums (fp32)
     if not backward:
@@ -351,7 +358,7 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         vllm_awake = x.vllm_util * x.capacity + VLLM_CUDA_GRAPHS
         vllm_resident = VLLM_CUDA_GRAPHS if x.vllm_sleep else vllm_awake
     c["vllm_colocated"] = vllm_awake
-    c["runtime"] = CUDA_CONTEXT if x.device == "cuda" else CPU_RUNTIME
+    c["runtime"] = CUDA_CONTEXT if x.device == "cuda" else (CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME)
 
     for name, factor in x.calibration:  # preflight.calibration: factors fitted on measured runs
         for component in GROUPS[name]:
