@@ -193,7 +193,7 @@ def test_zero3_fp32_gradients_follow_deepspeeds_sub_groups(sub_group):
 def test_on_oom_fit_keeps_the_experiment_and_records_the_change(cli):
     from omegaconf import OmegaConf
 
-    result, run_dir = cli("action=plan", "trainer.per_device_train_batch_size=4096", "trainer.num_generations=4", "memory.limit_gib=2",
+    result, run_dir = cli("action=plan", "trainer.per_device_train_batch_size=4096", "trainer.num_generations=4", "memory.limit_gib=3",
                           "trainer.steps_per_generation=2", "preflight.on_oom=fit")
     assert result.returncode == 0, result.stderr[-2000:]
     import json
