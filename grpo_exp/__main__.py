@@ -46,11 +46,10 @@ log = logging.getLogger("grpo_exp")
 @dataclass
 class _Session:
     """What the jobs of this process leave for main(): hydra.main returns nothing, so a job's exit
-    code, its sweep dir and its still-running SLURM jobs are kept here."""
+    code and its sweep dir are kept here (submitted SLURM trials: slurm.PENDING)."""
 
     exit_codes: list[int] = field(default_factory=list)
     sweep_dirs: set[str] = field(default_factory=set)
-    in_flight: list = field(default_factory=list)  # slurm.Submitted trials of a parallel sweep
 
 
 _session = _Session()
@@ -145,7 +144,7 @@ def run(cfg: DictConfig) -> float:
     except Mismatch as exc:  # a dedicated serving node runs another config
         rundir.write_rank_record(run_dir, node.node_rank, {"status": "mismatch", "error": str(exc)})
         code = outcome.EXIT_HANG_PREVENTED
-    summary = _concluded(run_dir, code, started)
+    summary = outcome.concluded(run_dir, code, started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
     if not sweeping:  # a sweep ends with its table instead
         report.print_report(run_dir, summary)
@@ -153,43 +152,23 @@ def run(cfg: DictConfig) -> float:
 
 
 def _trials_independent(hydra_cfg) -> bool:
-    """Hydra's basic sweeper fixes every trial up front, so they may run at once; the frontier and
-    Optuna sweepers choose the next trial from the last result."""
-    return hydra_cfg.sweeper._target_.endswith("BasicSweeper")
+    """Hydra's basic sweeper fixes every trial up front, and the frontier sweeper launches one probe
+    per num_generations line at a time and gathers them (slurm.gather) before choosing the next:
+    their trials may run at once. Optuna picks each trial from the last result."""
+    return hydra_cfg.sweeper._target_.rsplit(".", 1)[-1] in ("BasicSweeper", "FrontierSweeper")
 
 
 def _submit_without_waiting(cfg: DictConfig, run_dir: Path, plan) -> float:
     """launcher=slurm: submit this trial's job and go on to the next one (at most max_parallel in
-    flight; main() gathers them), or with wait=false leave it to SLURM."""
+    flight; slurm.gather collects them), or with wait=false leave it to SLURM."""
     from grpo_exp.launching import slurm
 
-    if len(_session.in_flight) >= cfg.launcher.slurm.max_parallel:
-        _gather(until_running=cfg.launcher.slurm.max_parallel - 1)
-    job = slurm.submit(cfg, run_dir, plan)
     if cfg.launcher.slurm.wait:
-        _session.in_flight.append(slurm.Submitted(job, run_dir))
+        slurm.submit_pending(cfg, run_dir, plan)
     else:
+        job = slurm.submit(cfg, run_dir, plan)
         print(f"submitted SLURM job {job.job_id}: {run_dir}  (python -m grpo_exp.compare {run_dir})")
     return _done(outcome.EXIT_OK)
-
-
-def _gather(until_running: int = 0) -> None:
-    """Wait for submitted trials until at most `until_running` still run; conclude each that ended."""
-    from grpo_exp.launching import slurm
-
-    for submitted, code in slurm.wait(_session.in_flight, until_running):
-        summary = _concluded(submitted.run_dir, code, submitted.started)
-        log.info("%s: %s (job %s)", submitted.run_dir.name, summary["status"], submitted.job.job_id)
-        _session.in_flight.remove(submitted)
-
-
-def _concluded(run_dir: Path, code: int, started: float) -> dict:
-    """The run's final summary: a SLURM job's node-0 task concluded it already (its wall_s is the
-    job's run time, not the queue's); otherwise conclude it here from the records and exit code."""
-    summary = rundir.read_summary(run_dir)
-    if summary.get("status") not in (None, "running"):
-        return summary if "wall_s" in summary else rundir.write_summary(run_dir, wall_s=time.time() - started)
-    return outcome.conclude(run_dir, code, time.time() - started)
 
 
 def _fit(cfg: DictConfig, plan, memory: dict) -> dict:
@@ -279,8 +258,8 @@ def main() -> None:
     except (HydraException, OmegaConfBaseException) as exc:
         errors.report(errors.explain(exc))
         sys.exit(outcome.EXIT_INVALID)
-    if _session.in_flight:  # a parallel SLURM sweep: every trial's result before the table
-        _gather()
+    if "grpo_exp.launching.slurm" in sys.modules:  # a parallel SLURM sweep: every trial's result before the table
+        sys.modules["grpo_exp.launching.slurm"].gather()
     if _session.sweep_dirs:  # OOMs, predicted OOMs and failures of trials are results: the sweep completed
         from grpo_exp.results import compare
 

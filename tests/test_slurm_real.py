@@ -75,6 +75,23 @@ def test_an_oom_trial_is_a_result_and_trials_run_at_the_same_time(cli):
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), f"no two trials overlapped: {spans}"
 
 
+def test_frontier_bisects_its_lines_concurrently(cli):
+    """The frontier sweeper launches one probe per num_generations line per round: on SLURM they
+    run as concurrent jobs, and the frontier is the same as one at a time (tests/test_sweeps.py)."""
+    import json
+
+    result, sweep_dir = cli(
+        *SLURM, "trainer.max_steps=1", "memory.limit_gib=5", "+data.rewards.hog._target_=tests.memory_hog.memory_hog",
+        "+data.rewards.hog.gib_per_unit=0.15", "+sweep=frontier", "hydra.sweeper.batch_values=[4,8,16]",
+        "hydra.sweeper.axis_values=[2,4]", multirun=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert json.loads((sweep_dir / "frontier.json").read_text())["frontier"] == {"2": 8, "4": 4}
+    summaries = [rundir.read_summary(p.parent) for p in sweep_dir.glob("*/summary.json")]
+    spans = sorted((s["started_at"], s["ended_at"]) for s in summaries if s.get("started_at"))
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), f"no two trials overlapped: {spans}"
+
+
 def test_a_stopped_driver_cancels_its_job(model_cache, tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO)}

@@ -206,7 +206,7 @@ def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
         f"num_attention_heads: {arch['num_attention_heads']}",
         f"num_key_value_heads: {arch['num_key_value_heads']}  # KV cache per token = 2 x layers x kv_heads x head_dim x dtype bytes",
         f"head_dim: {arch['head_dim']}",
-        f"vocab_size: {arch['vocab_size']}  # logits per completion token = vocab_size values: the GRPO memory spike",
+        f"vocab_size: {arch['vocab_size']}  # LM head: trl 1.x scores it in 32768-wide tiles (no full logits); full fine-tuning adds an fp32 d(weight) of vocab x hidden",
         f"tie_word_embeddings: {str(arch['tie_word_embeddings']).lower()}",
         f"max_position_embeddings: {arch['max_position_embeddings']}",
         f"num_parameters: {arch['num_parameters']}",

@@ -80,6 +80,27 @@ class _SacctOnce(logging.Filter):
         return False
 
 
+# Trials this driver submitted and has not gathered yet: a sweep's jobs run at once.
+PENDING: list["Submitted"] = []
+
+
+def submit_pending(cfg: DictConfig, run_dir: Path, plan: Plan) -> None:
+    """Submit a sweep trial without waiting for it; with max_parallel jobs in flight, first wait
+    until one of them ends."""
+    if len(PENDING) >= cfg.launcher.slurm.max_parallel:
+        gather(until_running=cfg.launcher.slurm.max_parallel - 1)
+    PENDING.append(Submitted(submit(cfg, run_dir, plan), run_dir))
+
+
+def gather(until_running: int = 0) -> None:
+    """Wait for the pending trials until at most `until_running` still run; each that ended gets
+    its final summary (outcome.concluded)."""
+    for submitted, code in wait(list(PENDING), until_running):
+        summary = outcome.concluded(submitted.run_dir, code, submitted.started)
+        log.info("%s: %s (job %s)", submitted.run_dir.name, summary["status"], submitted.job.job_id)
+        PENDING.remove(submitted)
+
+
 def submit_and_wait(cfg: DictConfig, run_dir: Path, plan: Plan) -> int:
     [(_, code)] = wait([Submitted(submit(cfg, run_dir, plan), run_dir)])
     return code

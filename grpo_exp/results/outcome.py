@@ -119,6 +119,15 @@ def status_of(run_dir: Path, code: int) -> str:
     return {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted", EXIT_PREEMPTED: "preempted"}.get(code, "failed")
 
 
+def concluded(run_dir: Path, code: int, started: float) -> dict:
+    """The run's final summary once its processes are gone: a SLURM job's node-0 task concluded it
+    already (its wall_s is the job's run time, not the queue's); otherwise conclude it now."""
+    summary = rundir.read_summary(run_dir)
+    if summary.get("status") not in (None, "running"):
+        return summary if "wall_s" in summary else rundir.write_summary(run_dir, wall_s=time.time() - started)
+    return conclude(run_dir, code, time.time() - started)
+
+
 def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
     """Write this node's final summary.json from its ranks' records, the launcher's exit code and
     train.log; the driver calls this once, after every process of the node has exited."""

@@ -6,7 +6,8 @@ so a good prediction settles an axis value in about two launches instead of the 
 the grid. A trial "fits" when its summary.json says completed; oom, predicted_oom and failed
 trials do not. With action=plan nothing launches: each trial is the planner's verdict, so the
 result is the planner's frontier (what fits on a cluster, answered on a laptop). Results go to
-<sweep dir>/frontier.json. Used through sweeps/frontier.yaml:
+<sweep dir>/frontier.json. The lines advance together, one probe each per round, so under
+launcher=slurm a round's probes run as concurrent jobs. Used through sweeps/frontier.yaml:
 
     python -m grpo_exp +sweep=frontier model=qwen7b topology=1x8
     python -m grpo_exp +sweep=frontier model=qwen7b topology=1x8 action=plan
@@ -72,29 +73,40 @@ class FrontierSweeper(Sweeper):
                 best = i
         return best
 
-    def _run(self, arguments: List[str], axis, batch) -> dict:
-        [result] = self.launcher.launch([self._overrides(arguments, axis, batch)], initial_job_idx=self.job_idx)
-        self.job_idx += 1
-        return _trial(result, axis, batch)
+    def _run_round(self, arguments: List[str], probes: List[tuple]) -> List[dict]:
+        """One probe per unfinished num_generations line, launched together: under launcher=slurm
+        the driver submits them as concurrent jobs, gathered here before their summaries are read."""
+        results = self.launcher.launch([self._overrides(arguments, axis, batch) for axis, batch in probes], initial_job_idx=self.job_idx)
+        self.job_idx += len(probes)
+        import sys
+
+        if "grpo_exp.launching.slurm" in sys.modules:
+            sys.modules["grpo_exp.launching.slurm"].gather()
+        return [_trial(result, axis, batch) for result, (axis, batch) in zip(results, probes, strict=True)]
 
     def sweep(self, arguments: List[str]) -> Any:
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        trials, frontier = [], {}
-        for axis in self.axis_values:
-            lo, hi, best = 0, len(self.batch_values) - 1, None
-            probe = self._planned_index(arguments, axis)
-            while lo <= hi:
-                probe = min(max(probe, lo), hi)
-                trial = self._run(arguments, axis, self.batch_values[probe])
+        trials = []
+        # Each line bisects its own [lo, hi] range of batch indices; the lines advance together.
+        lines = {axis: {"lo": 0, "hi": len(self.batch_values) - 1, "best": None, "probe": self._planned_index(arguments, axis)} for axis in self.axis_values}
+        while active := [axis for axis, line in lines.items() if line["lo"] <= line["hi"]]:
+            for axis in active:
+                line = lines[axis]
+                line["probe"] = min(max(line["probe"], line["lo"]), line["hi"])
+            round_trials = self._run_round(arguments, [(axis, self.batch_values[lines[axis]["probe"]]) for axis in active])
+            for axis, trial in zip(active, round_trials, strict=True):
+                line = lines[axis]
                 trials.append(trial)
                 if trial["fits"]:
-                    best, lo = probe, probe + 1
+                    line["best"], line["lo"] = line["probe"], line["probe"] + 1
                 else:
-                    hi = probe - 1
-                probe = (lo + hi + 1) // 2
-            frontier[str(axis)] = self.batch_values[best] if best is not None else None
+                    line["hi"] = line["probe"] - 1
+                line["probe"] = (line["lo"] + line["hi"] + 1) // 2
+        frontier = {}
+        for axis, line in lines.items():
+            frontier[str(axis)] = self.batch_values[line["best"]] if line["best"] is not None else None
             log.info("frontier: %s=%s -> largest %s that fits: %s", self.axis_key, axis, self.batch_key, frontier[str(axis)])
         report = {"axis_key": self.axis_key, "batch_key": self.batch_key, "frontier": frontier,
                   "launches": len(trials), "grid_size": len(self.axis_values) * len(self.batch_values), "trials": trials}
