@@ -92,6 +92,26 @@ def test_frontier_bisects_its_lines_concurrently(cli):
     assert any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False)), f"no two trials overlapped: {spans}"
 
 
+def test_wait_false_returns_at_once_and_compare_follows_the_job(cli):
+    """launcher.slurm.wait=false: the driver submits, prints the job id and run dir, and returns;
+    the job concludes its own summary, and compare reads the dir while and after it runs."""
+    from grpo_exp.results import compare
+
+    started = time.time()
+    result, run_dir = cli(*SLURM, "trainer.max_steps=2", "launcher.slurm.wait=false")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    job_id = rundir.read_summary(run_dir)["slurm_job_id"]
+    assert f"submitted SLURM job {job_id}: {run_dir}" in result.stdout
+    assert time.time() - started < 30 and rundir.read_summary(run_dir)["status"] == "running"
+    assert [run.status for run in compare.load_local(run_dir)] == ["running"]
+    deadline = time.time() + 300
+    while rundir.read_summary(run_dir).get("status") == "running" and time.time() < deadline:
+        time.sleep(1)
+    summary = rundir.read_summary(run_dir)
+    assert summary["status"] == "completed" and summary["global_step"] == 2 and summary["exit_code"] == 0
+    assert [run.status for run in compare.load_local(run_dir)] == ["completed"]
+
+
 def test_a_stopped_driver_cancels_its_job(model_cache, tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO)}
