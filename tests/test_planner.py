@@ -210,3 +210,19 @@ def test_on_oom_fit_refuses_when_nothing_keeps_the_experiment(cli):
     result, run_dir = cli("logger=none", "trainer.per_device_train_batch_size=2", "trainer.num_generations=2", "topology.cpu_procs=1",
                           "model=qwen72b", "model.name_or_path=null", "memory.limit_gib=2", "preflight.on_oom=fit")
     assert result.returncode == 3 and "no change that keeps the experiment the same fits" in result.stdout + result.stderr
+
+
+def test_calibration_fit_recovers_factors_and_holds_a_floor():
+    from grpo_exp.planning import calibration
+
+    true = {"states": 1.2, "activations": 0.8, "logits": 0.5}
+    parts = [(1.0, 0.5, 0.2), (1.0, 2.0, 0.3), (1.0, 0.7, 1.5), (1.0, 3.0, 2.0)]
+    samples = [{"states": a, "activations": b, "logits": c, "other": 0.1} for a, b, c in parts]
+    for s in samples:
+        s["measured"] = calibration.predict(s, true)
+    assert calibration.fit(samples) == pytest.approx(true)
+    for s in samples:  # logits cost nothing measured: held at the floor, the others refitted exactly
+        s["measured"] = calibration.predict(s, {**true, "logits": 0.0})
+    fitted = calibration.fit(samples)
+    assert fitted["logits"] == calibration.FLOOR
+    assert [calibration.predict(s, fitted) for s in samples] == pytest.approx([s["measured"] for s in samples], rel=0.1)

@@ -9,7 +9,7 @@ without calibration, and the train phase's measured peak is fitted as
 
     measured = f_states * (model states + runtime) + f_activations * activations + f_logits * logits
 
-by least squares over the runs (factors kept >= 0.05). Runs across batch sizes and completion
+by least squares over the runs (factors kept >= 0.05, the others refitted when one is held there). Runs across batch sizes and completion
 lengths separate the three: states do not change with them, activations grow with batch x
 sequence, logits with batch x completion. A factor that the runs cannot separate (the same
 batch and lengths everywhere) stays 1.0. The file also records the device and statistic it came
@@ -26,6 +26,7 @@ GROUPS = {
     "activations": ("activations",),
     "logits": ("logits",),
 }
+FLOOR = 0.05  # no component is fitted away entirely
 MEASURED_STATS = ("reserved_max", "host_rss_max")  # GPU allocator first; CPU runs have host RSS only
 
 
@@ -46,18 +47,25 @@ def measured_train_gib(summary: dict) -> tuple[str, float] | None:
 
 def fit(samples: list[dict]) -> dict[str, float]:
     """samples: {'measured': GiB, 'states': GiB, 'activations': GiB, 'logits': GiB, 'other': GiB (not
-    corrected: a colocated vLLM engine's share)}. Least squares
-    on the groups that vary across samples; the others stay 1.0 (their share is folded into states)."""
+    corrected: a colocated vLLM engine's share)}. Least squares on the groups that vary across
+    samples (the others stay 1.0); a factor that comes out below the floor is held there and the
+    rest solved again, so the fit stays a least-squares one."""
     import numpy as np
 
-    groups = list(GROUPS)
-    varying = [g for g in groups if g == "states" or len({round(s[g], 6) for s in samples}) > 1]
-    a = np.array([[s[g] for g in varying] for s in samples])
-    fixed = np.array([s.get("other", 0.0) + sum(s[g] for g in groups if g not in varying) for s in samples])
-    b = np.array([s["measured"] for s in samples]) - fixed
-    solution, *_ = np.linalg.lstsq(a, b, rcond=None)
-    factors = {g: 1.0 for g in groups}
-    factors.update({g: max(0.05, float(v)) for g, v in zip(varying, solution, strict=True)})
+    factors = {g: 1.0 for g in GROUPS}
+    free = [g for g in GROUPS if g == "states" or len({round(s[g], 6) for s in samples}) > 1]
+    while free:
+        held = [g for g in GROUPS if g not in free]
+        a = np.array([[s[g] for g in free] for s in samples])
+        b = np.array([s["measured"] - s.get("other", 0.0) - sum(factors[g] * s[g] for g in held) for s in samples])
+        solution, *_ = np.linalg.lstsq(a, b, rcond=None)
+        low = [g for g, v in zip(free, solution, strict=True) if v < FLOOR]
+        if not low:
+            factors.update({g: float(v) for g, v in zip(free, solution, strict=True)})
+            break
+        for g in low:
+            factors[g] = FLOOR
+            free.remove(g)
     return factors
 
 

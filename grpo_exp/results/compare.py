@@ -26,6 +26,9 @@ class Run:
     overrides: dict[str, str]
     summary: dict
     path: Path | None = None  # the run dir (local runs)
+    # with --calibration: the planner's train-phase error before and after the factors (percent)
+    train_error_pct: float | None = None
+    calibrated_error_pct: float | None = None
 
     @property
     def status(self) -> str:
@@ -112,9 +115,23 @@ def rows(runs: list[Run]) -> list[dict]:
             "gen share": s.get("time/generate_share"),
             "plan GiB": s.get("plan/train/peak_gib"),
             "plan err %": run.planner_error_pct,
+            **({"train err %": run.train_error_pct, "calibrated err %": run.calibrated_error_pct} if any(r.calibrated_error_pct is not None for r in runs) else {}),
             "oom phase": (s.get("oom") or {}).get("phase"),
         })
     return out
+
+
+def apply_calibration(runs: list[Run], path: Path) -> None:
+    """Each measured local run gains the planner's train-phase error without and with the factors
+    in `path` (a file from python -m grpo_exp.calibrate)."""
+    from grpo_exp.planning import calibration
+
+    factors = calibration.load(path)["factors"]
+    for run in runs:
+        sample = calibration.sample(run.path) if run.path is not None else None
+        if sample is not None:
+            run.train_error_pct = 100 * (calibration.predict(sample, {}) - sample["measured"]) / sample["measured"]
+            run.calibrated_error_pct = 100 * (calibration.predict(sample, factors) - sample["measured"]) / sample["measured"]
 
 
 def _fmt(value) -> str:
@@ -217,12 +234,14 @@ def html_report(runs: list[Run], png: Path | None, path: Path, title: str) -> Pa
     return path
 
 
-def report(sources: list[str], out: Path | None = None, group: str | None = None) -> dict:
+def report(sources: list[str], out: Path | None = None, group: str | None = None, calibration: Path | None = None) -> dict:
     if len(sources) == 1 and (Path(sources[0]) / rundir.SUMMARY).exists():  # one run: its run report
         from grpo_exp.results import report as run_report
 
         run_report.print_report(Path(sources[0]))
     runs = load(sources, group)
+    if calibration is not None:
+        apply_calibration(runs, calibration)
     title = ", ".join(sources)
     print_table(runs, title)
     out = out or (Path(sources[0]) if not sources[0].startswith("wandb:") else Path("."))
@@ -237,8 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("sources", nargs="+", help="multirun dir, run dirs, or wandb:<entity>/<project>")
     parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
     parser.add_argument("--group", help="W&B group (a sweep) to select")
+    parser.add_argument("--calibration", type=Path, help="a file from python -m grpo_exp.calibrate: adds the planner's error per run before and after it")
     args = parser.parse_args(argv)
-    result = report(args.sources, args.out, args.group)
+    result = report(args.sources, args.out, args.group, args.calibration)
     print(f"{result['runs']} runs; heatmap: {result['heatmap'] or '(needs two swept axes)'}; report: {result['html']}")
 
 
