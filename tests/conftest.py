@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from grpo_exp.config.schema import register_configs
@@ -20,15 +21,41 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
-def compose_cfg(*overrides: str) -> DictConfig:
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+def compose_cfg(*overrides: str, hydra_config: bool = False) -> DictConfig:
+    """The config `python -m grpo_exp <overrides>` would run (with the `hydra` node if asked). Hydra is
+    initialised once per test process: re-initialising it costs more than the compose itself."""
+    if not GlobalHydra.instance().is_initialized():
+        initialize_config_dir(str(CONF), version_base="1.3")
+    return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
 
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
     """One tiny-model cache for the session (GRPO_EXP_CACHE), unless the caller set one."""
     return Path(os.environ.get("GRPO_EXP_CACHE") or tmp_path_factory.mktemp("grpo_exp_cache"))
+
+
+def driver_env(model_cache: Path, **extra: str) -> dict[str, str]:
+    """The environment every test's driver runs in: this checkout importable, the session's tiny-model
+    cache, W&B quiet and never online (no API key unless a test passes one in `extra`)."""
+    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
+    for name in ("WANDB_API_KEY", "PYTHONWARNINGS"):
+        env.pop(name, None)
+    return {**env, **extra}
+
+
+def run_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, timeout: int = 600):
+    """`python -m grpo_exp <args>` to its end, as a user runs it: the CompletedProcess (text output)."""
+    return subprocess.run([sys.executable, "-m", "grpo_exp", *args], cwd=cwd, env=driver_env(model_cache, **(env or {})),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def start_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+    """`python -m grpo_exp <args>` in the background: the Popen, stdout and stderr merged into one text
+    pipe unless `popen` says otherwise (a driver nobody reads for minutes needs DEVNULL: a full pipe blocks it)."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
+    return subprocess.Popen([sys.executable, "-m", "grpo_exp", *args], cwd=cwd, env=driver_env(model_cache, **(env or {})),
+                            text=True, **popen)
 
 
 @pytest.fixture
@@ -38,17 +65,36 @@ def cli(model_cache, tmp_path):
     def run(*overrides: str, run_dir: Path | None = None, timeout: int = 600, multirun: bool = False):
         run_dir = run_dir or tmp_path / "run"
         where = [f"hydra.sweep.dir={run_dir}"] if multirun else [f"hydra.run.dir={run_dir}"]
-        env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "WANDB_SILENT": "true", "PYTHONPATH": str(REPO)}
-        env.pop("WANDB_API_KEY", None)  # tests never go online
-        cmd = [sys.executable, "-m", "grpo_exp", *(["-m"] if multirun else []), *overrides, *where]
-        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
-        return result, run_dir
+        return run_driver(tmp_path, model_cache, *(["-m"] if multirun else []), *overrides, *where, timeout=timeout), run_dir
 
     return run
 
 
 @pytest.fixture
-def training_run(model_cache, tmp_path):
+def background_driver(model_cache, tmp_path):
+    """Start drivers in the background in tmp_path: background_driver(*args, env=..., **popen) -> Popen;
+    whatever is still running at the end is killed, with its children."""
+    import psutil
+
+    started = []
+
+    def start(*args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+        started.append(start_driver(tmp_path, model_cache, *args, env=env, **popen))
+        return started[-1]
+
+    yield start
+    for driver in started:
+        if driver.poll() is None:
+            family = [driver, *psutil.Process(driver.pid).children(recursive=True)]
+            for proc in family:
+                try:
+                    proc.kill()
+                except (psutil.NoSuchProcess, ProcessLookupError):
+                    pass
+
+
+@pytest.fixture
+def training_run(background_driver, tmp_path):
     """A 2-rank run that trains until stopped: yields (driver Popen, run dir, its processes) once
     the first step is logged; kills whatever is left at the end."""
     import time
@@ -58,18 +104,15 @@ def training_run(model_cache, tmp_path):
     from grpo_exp.results import rundir
 
     run_dir = tmp_path / "run"
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache)}
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "grpo_exp", "logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    driver = background_driver("logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}",
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 180
     while not rundir.read_metrics(run_dir) and time.time() < deadline:
         time.sleep(0.5)
     assert rundir.read_metrics(run_dir), "training never logged a step"
     processes = psutil.Process(driver.pid).children(recursive=True)
     yield driver, run_dir, processes
-    for proc in [driver, *processes]:
+    for proc in processes:
         try:
             proc.kill()
         except (psutil.NoSuchProcess, ProcessLookupError):

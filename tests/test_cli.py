@@ -73,11 +73,10 @@ def test_bad_input_exits_2_without_traceback_or_files(cli, case):
     assert not run_dir.exists(), "a rejected config must leave nothing behind"
 
 
-def test_all_problems_reported_at_once(cli):
-    result, _ = cli("trainer.reward_weights=[1.0]", "peft=lora", "peft.target_modules=[x]", "vllm=colocate")
-    assert result.returncode == 2
-    for key in ("trainer.reward_weights", "peft.target_modules", "vllm.mode"):
-        assert f"\n{key}:" in result.stderr
+def test_all_problems_reported_at_once():
+    report = driver_report("trainer.reward_weights=[1.0]", "peft=lora", "peft.target_modules=[x]", "vllm=colocate")
+    reported = {line.split(":")[0] for line in report.splitlines() if not line.startswith(" ")}
+    assert reported >= {"trainer.reward_weights", "peft.target_modules", "vllm.mode"}, report
 
 
 def test_help_lists_groups(cli):

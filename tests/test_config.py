@@ -4,7 +4,6 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from grpo_exp.config import model_info, schema_gen, trl_schema
@@ -14,6 +13,10 @@ from tests.conftest import CONF, compose_cfg, group_options
 
 GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher"]
 CASES = [(g, o) for g in GROUPS for o in group_options(g)]
+# Model options differ only in architecture numbers (test_model_numbers_match_transformers_parameter_count
+# checks each): the fast lane builds three, `make test` all.
+FAST_MODELS = {"tiny", "auto", "qwen7b"}
+MATRIX = [pytest.param(g, o, id=f"{g}={o}", marks=[pytest.mark.slow] if g == "model" and o not in FAST_MODELS else []) for g, o in CASES]
 
 
 def test_every_group_has_options():
@@ -22,7 +25,7 @@ def test_every_group_has_options():
     }
 
 
-@pytest.mark.parametrize("group,option", CASES, ids=[f"{g}={o}" for g, o in CASES])
+@pytest.mark.parametrize("group,option", MATRIX)
 def test_option_composes_and_builds(group, option, tmp_path, request):
     extra = ["data.path=tests/fixtures/gsm8k_sample.jsonl"] if (group, option) in (("data", "jsonl"), ("data", "hf")) else []
     if (group, option) == ("model", "auto"):
@@ -154,8 +157,7 @@ def test_tiny_model_count_matches_yaml(model_cache, monkeypatch):
 
 
 def test_sweep_preset_is_a_multirun_grid():
-    with initialize_config_dir(str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=["+sweep=batch_x_generations"], return_hydra_config=True)
+    cfg = compose_cfg("+sweep=batch_x_generations", hydra_config=True)
     assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
     assert dict(cfg.hydra.sweeper.params) == {
         "trainer.per_device_train_batch_size": "2,4,8",

@@ -3,24 +3,14 @@ summary.json alone, the console is quiet by default, and planning sweeps end wit
 heatmap without a GPU."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from grpo_exp.results import compare, dashboard, report, rundir, wandb_file
-from tests.conftest import REPO
+from tests.conftest import run_driver
 
 # Metrics a CPU run cannot produce: the GPU allocator and NVML stats, the vLLM server, weight sync.
 NOT_ON_CPU = (*dashboard.GPU_STATS, "/vllm/", "weight_sync")
-
-
-def run_driver(tmp_path, model_cache, *overrides, timeout=600):
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
-    env.pop("WANDB_API_KEY", None)
-    env.pop("PYTHONWARNINGS", None)
-    return subprocess.run([sys.executable, "-m", "grpo_exp", *overrides], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

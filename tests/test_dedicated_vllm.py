@@ -4,8 +4,6 @@ process (tests/standin_vllm.py) plays `trl vllm-serve` on the serving node and t
 generate with transformers; what is rehearsed is the launch: the serving node starts its server
 and agent, the training node waits for its health, checks its config, trains, and stops it."""
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -55,26 +53,18 @@ def test_launcher_local_needs_the_serving_nodes_address():
 
 
 @pytest.fixture
-def nodes(model_cache, tmp_path):
+def nodes(background_driver, tmp_path):
     """Start a node's driver: nodes(rank, *overrides) -> Popen. Node 1 serves, node 0 trains."""
     ports = [f"topology.master_port={free_port()}", f"vllm.server_port={free_port()}", f"vllm.group_port={free_port()}",
              f"vllm.agent_port={free_port()}"]
-    started = []
+    standin = {"GRPO_EXP_VLLM_STANDIN": f"{sys.executable} {REPO / 'tests' / 'standin_vllm.py'}"}
 
     def start(rank, *overrides):
-        env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO),
-               "GRPO_EXP_VLLM_STANDIN": f"{sys.executable} {REPO / 'tests' / 'standin_vllm.py'}"}
-        cmd = [sys.executable, "-m", "grpo_exp", "logger=none", "topology=cpu2x1", f"topology.node_rank={rank}", "vllm=server",
-               "vllm.nodes=1", "vllm.server_host=127.0.0.1", "vllm.server_timeout=60", "trainer.max_steps=2", *ports,
-               f"hydra.run.dir={tmp_path / 'run'}", *overrides]
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        started.append(proc)
-        return proc
+        return background_driver("logger=none", "topology=cpu2x1", f"topology.node_rank={rank}", "vllm=server", "vllm.nodes=1",
+                                 "vllm.server_host=127.0.0.1", "vllm.server_timeout=60", "trainer.max_steps=2", *ports,
+                                 f"hydra.run.dir={tmp_path / 'run'}", *overrides, env=standin)
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
+    return start
 
 
 @pytest.mark.e2e

@@ -97,6 +97,16 @@ def test_gsm8k_from_local_file_drops_long_prompts(cli):
     assert dropped == 5  # prompts of 152, 159 and 190 tokens stay; 245..437 go
 
 
+def test_too_few_prompts_after_filtering_fail_the_run_instead_of_training_0_steps(cli):
+    """The driver counts the file's 8 rows; only the worker knows that data.max_prompt_length keeps 1."""
+    fixture = os.path.join(os.path.dirname(__file__), "fixtures", "gsm8k_sample.jsonl")
+    result, run_dir = cli("logger=none", "data=gsm8k", f"data.path={fixture}", "data.max_prompt_length=155", "topology.cpu_procs=1",
+                          "trainer.per_device_train_batch_size=4", "trainer.num_generations=2", f"trainer.max_steps={STEPS}")
+    summary = rundir.read_summary(run_dir)
+    assert result.returncode == 1 and summary["status"] == "failed" and summary.get("global_step", 0) == 0
+    assert "after loading and filtering holds 1 prompts, too few" in summary["error"]
+
+
 def test_multirun_sweeps_two_jobs(cli):
     result, sweep_dir = cli(
         "logger=none", "topology.cpu_procs=1", "trainer.max_steps=1", "trainer.num_generations=2,4", multirun=True,

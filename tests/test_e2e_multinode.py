@@ -1,9 +1,6 @@
 """Multi-node behaviour rehearsed on loopback: two drivers, one per "node" (topology=cpu2x1),
 each started the way a user starts one per machine. Real rendezvous, real gloo groups."""
 
-import os
-import subprocess
-import sys
 import time
 
 import psutil
@@ -16,25 +13,17 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def node(model_cache, tmp_path):
+def node(background_driver, tmp_path):
     """Start one node's driver in the background: node(rank, *overrides) -> (Popen, run_dir)."""
     port = free_port()
-    started = []
 
     def start(rank: int, *overrides: str):
         shared = tmp_path / "run"  # one run dir on a "shared filesystem": node N > 0 writes under nodes/<N>/
-        run_dir = shared / rundir.node_subdir(rank)
-        env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(os.path.dirname(os.path.dirname(__file__)))}
-        cmd = [sys.executable, "-m", "grpo_exp", "logger=none", "topology=cpu2x1", f"topology.node_rank={rank}",
-               f"topology.master_port={port}", f"hydra.run.dir={shared}", *overrides]
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        started.append(proc)
-        return proc, run_dir
+        proc = background_driver("logger=none", "topology=cpu2x1", f"topology.node_rank={rank}", f"topology.master_port={port}",
+                                 f"hydra.run.dir={shared}", *overrides)
+        return proc, shared / rundir.node_subdir(rank)
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.kill()
+    return start
 
 
 def test_two_nodes_on_loopback_train_for_real(node):

@@ -1,40 +1,24 @@
 """Long runs: a stopped run saves a checkpoint and ends `preempted`; `resume=<run dir>` continues it
 to the final step with every step logged once, one W&B run, and the same frozen config."""
 
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from grpo_exp.results import outcome, rundir, wandb_file
+from tests.conftest import run_driver
 
 pytestmark = pytest.mark.e2e
 STEPS = 16
 
 
-def start(model_cache, tmp_path, run_dir, *overrides):
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "WANDB_SILENT": "true"}
-    env.pop("WANDB_API_KEY", None)
-    return subprocess.Popen([sys.executable, "-m", "grpo_exp", *overrides, f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def resume(model_cache, tmp_path, run_dir, *overrides):
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "WANDB_SILENT": "true"}
-    env.pop("WANDB_API_KEY", None)
-    return subprocess.run([sys.executable, "-m", "grpo_exp", f"resume={run_dir}", *overrides], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
 @pytest.fixture
-def preempted(model_cache, tmp_path):
+def preempted(background_driver, tmp_path):
     """A 1-rank run with W&B offline, saving every 4 steps, stopped by SIGTERM after step 6."""
     run_dir = tmp_path / "run"
-    driver = start(model_cache, tmp_path, run_dir, "topology.cpu_procs=1", "logger.mode=offline", f"trainer.max_steps={STEPS}",
-                   "trainer.save_strategy=steps", "trainer.save_steps=4")
+    driver = background_driver("topology.cpu_procs=1", "logger.mode=offline", f"trainer.max_steps={STEPS}",
+                               "trainer.save_strategy=steps", "trainer.save_steps=4", f"hydra.run.dir={run_dir}")
     deadline = time.time() + 180
     while len(rundir.read_metrics(run_dir)) < 6 and time.time() < deadline:
         time.sleep(0.2)
@@ -50,7 +34,7 @@ def test_preempted_run_resumes_to_the_final_step(preempted, model_cache, tmp_pat
     assert stopped["status"] == "preempted" and stopped["exit_code"] == 75 and 6 <= k < STEPS
     assert rundir.latest_checkpoint(run_dir)[1] == k  # saved at the stop, not only at save_steps
 
-    result = resume(model_cache, tmp_path, run_dir)
+    result = run_driver(tmp_path, model_cache, f"resume={run_dir}")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = rundir.read_summary(run_dir)
     assert summary["status"] == "completed" and summary["global_step"] == STEPS
@@ -65,7 +49,7 @@ def test_preempted_run_resumes_to_the_final_step(preempted, model_cache, tmp_pat
     assert last.summary["status"] == "completed" and last.exit_code == 0
     assert not list((tmp_path / "outputs").glob("*/*")) if (tmp_path / "outputs").exists() else True  # Hydra's own dir removed
 
-    again = resume(model_cache, tmp_path, run_dir)
+    again = run_driver(tmp_path, model_cache, f"resume={run_dir}")
     assert again.returncode == 0 and "already completed at step 16" in again.stdout + again.stderr
 
 
@@ -74,7 +58,7 @@ def test_resume_without_a_checkpoint_starts_over_and_drops_the_logged_steps(pree
 
     run_dir = preempted
     shutil.rmtree(run_dir / rundir.CHECKPOINTS)
-    result = resume(model_cache, tmp_path, run_dir, "trainer.max_steps=3")  # a resumable override
+    result = run_driver(tmp_path, model_cache, f"resume={run_dir}", "trainer.max_steps=3")  # a resumable override
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert [m["step"] for m in rundir.read_metrics(run_dir)] == [1, 2, 3]
     assert "max_steps: 3" in (run_dir / rundir.CONFIG).read_text()
@@ -85,9 +69,9 @@ def test_resume_refuses_what_would_change_the_run(tmp_path, model_cache):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / rundir.CONFIG).write_text("model: {name: tiny}\n")
-    result = resume(model_cache, tmp_path, run_dir, "model=qwen7b", "trainer.per_device_train_batch_size=8", "trainer.max_steps=9")
+    result = run_driver(tmp_path, model_cache, f"resume={run_dir}", "model=qwen7b", "trainer.per_device_train_batch_size=8", "trainer.max_steps=9")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "model: would change the run's shape" in result.stderr
     assert "trainer.per_device_train_batch_size: would change" in result.stderr and "trainer.max_steps:" not in result.stderr
-    result = resume(model_cache, tmp_path, tmp_path / "nothing")
+    result = run_driver(tmp_path, model_cache, f"resume={tmp_path / 'nothing'}")
     assert result.returncode == 2 and "resume: " in result.stderr and "not a grpo_exp run dir" in result.stderr

@@ -4,11 +4,9 @@ launcher=slurm driver cancels its job, and secrets never reach the run dir."""
 
 import hashlib
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,17 +16,9 @@ import pytest
 from grpo_exp.__main__ import check
 from grpo_exp.launching import ports
 from grpo_exp.results import outcome, rundir
-from tests.conftest import REPO, compose_cfg
+from tests.conftest import compose_cfg, run_driver, start_driver
 
 SECRETS = {"WANDB_API_KEY": "marker-wandb-0f9e8d7c", "HF_TOKEN": "hf_marker_1a2b3c4d", "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b"}
-
-
-def driver(tmp_path, model_cache, *overrides, env_extra=None, **popen):
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "WANDB_SILENT": "true", "PYTHONPATH": str(REPO), **(env_extra or {})}
-    if "WANDB_API_KEY" not in (env_extra or {}):
-        env.pop("WANDB_API_KEY", None)
-    return subprocess.Popen([sys.executable, "-m", "grpo_exp", *overrides], cwd=tmp_path, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
 def md5(path: Path) -> str:
@@ -51,17 +41,16 @@ def test_a_dir_holding_only_a_plan_can_be_run_in():
 
 
 def test_default_dirs_are_unique_for_runs_started_in_the_same_second(tmp_path):
-    procs = [subprocess.Popen([sys.executable, "-m", "grpo_exp", "action=plan"], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)}) for _ in range(3)]
+    procs = [start_driver(tmp_path, tmp_path, "action=plan", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
     dirs = sorted((tmp_path / "outputs" / "default").iterdir())
     assert len(dirs) == 3 and all((d / rundir.PLAN).is_file() for d in dirs)
 
 
 @pytest.mark.e2e
-def test_two_default_runs_side_by_side_both_complete(tmp_path, model_cache):
-    runs = [driver(tmp_path, model_cache, "logger=none", "trainer.max_steps=1") for _ in range(2)]
-    assert [p.wait(timeout=300) for p in runs] == [0, 0], [p.stderr.read()[-2000:] for p in runs]
+def test_two_default_runs_side_by_side_both_complete(tmp_path, background_driver):
+    runs = [background_driver("logger=none", "trainer.max_steps=1") for _ in range(2)]
+    assert [p.wait(timeout=300) for p in runs] == [0, 0], [p.stdout.read()[-2000:] for p in runs]
     dirs = sorted((tmp_path / "outputs" / "default").iterdir())
     assert len(dirs) == 2 and all(rundir.read_summary(d)["status"] == "completed" for d in dirs)
 
@@ -108,9 +97,9 @@ def test_busy_vllm_ports_are_named_on_the_server_node(held_port):
     assert ports.check_busy(cfg, node_rank=1, server_node=0) == []  # another node opens nothing
 
 
-def test_busy_master_port_stops_node_0_before_launch(tmp_path, held_port, model_cache):
-    proc = driver(tmp_path, model_cache, "logger=none", "topology=cpu2x1", "topology.node_rank=0", f"topology.master_port={held_port}",
-                  f"hydra.run.dir={tmp_path / 'run'}")
+def test_busy_master_port_stops_node_0_before_launch(tmp_path, held_port, background_driver):
+    proc = background_driver("logger=none", "topology=cpu2x1", "topology.node_rank=0", f"topology.master_port={held_port}",
+                             f"hydra.run.dir={tmp_path / 'run'}", stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "Traceback" not in err
     assert f"topology.master_port: port {held_port} is already in use" in err and "topology.master_port=" in err
@@ -121,11 +110,11 @@ def test_busy_master_port_stops_node_0_before_launch(tmp_path, held_port, model_
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, model_cache, sig):
+def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver, sig):
     """submitit's local executor stands in for sbatch (tests/test_slurm_real.py has the real cluster)."""
     run_dir = tmp_path / "run"
-    proc = driver(tmp_path, model_cache, "logger=none", "topology.cpu_procs=1", "trainer.max_steps=100000", "launcher=slurm",
-                  "launcher.slurm.cluster=local", f"hydra.run.dir={run_dir}")
+    proc = background_driver("logger=none", "topology.cpu_procs=1", "trainer.max_steps=100000", "launcher=slurm",
+                             "launcher.slurm.cluster=local", f"hydra.run.dir={run_dir}", stdout=subprocess.DEVNULL)
     deadline = time.time() + 180
     while not rundir.read_metrics(run_dir) and time.time() < deadline:
         time.sleep(0.5)
@@ -143,9 +132,9 @@ def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, model_cache, sig):
 @pytest.mark.e2e
 def test_secrets_never_land_in_the_run_dir(tmp_path, model_cache):
     run_dir = tmp_path / "run"
-    proc = driver(tmp_path, model_cache, "logger=wandb", "logger.mode=offline", "topology.cpu_procs=1", "trainer.max_steps=1",
-                  f"hydra.run.dir={run_dir}", env_extra=SECRETS)
-    assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
+    result = run_driver(tmp_path, model_cache, "logger=wandb", "logger.mode=offline", "topology.cpu_procs=1", "trainer.max_steps=1",
+                        f"hydra.run.dir={run_dir}", env=SECRETS)
+    assert result.returncode == 0, result.stderr[-2000:]
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.suffix == ".wandb" for p in files) and (run_dir / rundir.PLAN).is_file()
     leaked = [str(p) for p in files for marker in SECRETS.values() if marker.encode() in p.read_bytes()]

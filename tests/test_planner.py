@@ -171,7 +171,7 @@ def test_action_plan_prints_the_breakdown_and_writes_memory_fields(cli):
 
 def test_run_refuses_a_predicted_oom_with_exit_3(cli):
     # 12k completions per CPU process of the tiny model would need more RAM than this machine has
-    result, run_dir = cli("logger=none", "trainer.per_device_train_batch_size=16384", "trainer.num_generations=4")
+    result, run_dir = cli("logger=none", "trainer.per_device_train_batch_size=16384", "trainer.num_generations=4", "data.num_samples=8192")
     assert result.returncode == 3, result.stderr[-2000:]
     import json
 

@@ -1,18 +1,16 @@
 """launcher=slurm on a real SLURM cluster: the one-node cluster scripts/slurm_local.sh sets up
 (.ci/run runs it where it can). Skipped, with the reason, where no cluster answers."""
 
-import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from grpo_exp.results import outcome, rundir
 from grpo_exp.training import build
-from tests.conftest import REPO, compose_cfg
+from tests.conftest import compose_cfg
 
 
 def _cluster_problem() -> str | None:
@@ -112,13 +110,9 @@ def test_wait_false_returns_at_once_and_compare_follows_the_job(cli):
     assert [run.status for run in compare.load_local(run_dir)] == ["completed"]
 
 
-def test_a_stopped_driver_cancels_its_job(model_cache, tmp_path):
+def test_a_stopped_driver_cancels_its_job(background_driver, tmp_path):
     run_dir = tmp_path / "run"
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO)}
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "grpo_exp", *SLURM, "trainer.max_steps=10000", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
+    driver = background_driver(*SLURM, "trainer.max_steps=10000", f"hydra.run.dir={run_dir}")
     try:
         deadline = time.time() + 120
         while not rundir.read_summary(run_dir).get("slurm_job_id") and time.time() < deadline:
@@ -134,7 +128,6 @@ def test_a_stopped_driver_cancels_its_job(model_cache, tmp_path):
             time.sleep(1)
         assert _squeue(job_id) in ("", "CANCELLED"), f"job {job_id} outlived its driver: {_squeue(job_id)}"
     finally:
-        driver.kill()
         subprocess.run(["scancel", str(rundir.read_summary(run_dir).get("slurm_job_id", "0"))], capture_output=True)
 
 

@@ -10,47 +10,52 @@ from grpo_exp.training import telemetry
 MIB = 2**20
 
 
-def test_probe_reads_real_host_peak_and_resets_it():
-    """In a fresh process: after the planner-fidelity tests built GB-sized models in this one, freed
-    but still-resident heap can absorb a 64 MiB spike without raising the RSS peak."""
+def run_fresh(body: str) -> None:
+    """Run a VmHWM test in a fresh process: after other tests (the planner-fidelity ones build GB-sized
+    models) freed but still-resident heap absorbs a spike of tens of MiB without raising the RSS peak."""
     import subprocess
     import sys
+    import textwrap
 
-    code = """
+    prelude = """
 import torch
 from grpo_exp.training import telemetry
 MIB = 2**20
-probe = telemetry.MemoryProbe()
-if not probe.host_peak_resettable:
+if not telemetry.MemoryProbe().host_peak_resettable:
     raise SystemExit(77)
-probe.reset()
-before = probe.read()["host_rss_max"]
-spike = torch.ones(64 * MIB // 4)  # 64 MiB, touched
-del spike
-assert probe.read()["host_rss_max"] >= before + 60 * MIB
-probe.reset()
-assert probe.read()["host_rss_max"] < before + 30 * MIB  # the freed spike is forgotten
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(body)], capture_output=True, text=True)
     if result.returncode == 77:
         pytest.skip("this kernel/sandbox does not allow resetting VmHWM")
     assert result.returncode == 0, result.stderr[-2000:]
 
 
+def test_probe_reads_real_host_peak_and_resets_it():
+    run_fresh("""
+        probe = telemetry.MemoryProbe()
+        probe.reset()
+        before = probe.read()["host_rss_max"]
+        spike = torch.ones(64 * MIB // 4)  # 64 MiB, touched
+        del spike
+        assert probe.read()["host_rss_max"] >= before + 60 * MIB
+        probe.reset()
+        assert probe.read()["host_rss_max"] < before + 30 * MIB  # the freed spike is forgotten
+    """)
+
+
 def test_spike_is_charged_to_the_innermost_phase():
-    phases = telemetry.PhaseMemory(telemetry.MemoryProbe())
-    if not phases.probe.host_peak_resettable:
-        pytest.skip("this kernel/sandbox does not allow resetting VmHWM")
-    with phases.phase("train"):
-        with phases.phase("reward"):
-            spike = torch.ones(128 * MIB // 4)
-            del spike
-        small = torch.ones(MIB // 4)
-    window = phases.take_window()
-    assert window["reward"]["host_rss_max"] >= window["train"]["host_rss_max"] + 100 * MIB
-    assert set(window) == {"train", "reward"}
-    assert phases.take_window() == {}  # a window is reported once
-    del small
+    run_fresh("""
+        phases = telemetry.PhaseMemory(telemetry.MemoryProbe())
+        with phases.phase("train"):
+            with phases.phase("reward"):
+                spike = torch.ones(128 * MIB // 4)
+                del spike
+            small = torch.ones(MIB // 4)
+        window = phases.take_window()
+        assert window["reward"]["host_rss_max"] >= window["train"]["host_rss_max"] + 100 * MIB, window
+        assert set(window) == {"train", "reward"}
+        assert phases.take_window() == {}  # a window is reported once
+    """)
 
 
 def test_failed_phase_is_the_innermost_that_raised():

@@ -213,6 +213,28 @@ def test_extra_column_a_reward_needs(files, monkeypatch):
     assert validate.reward_columns(cfg)["probe"] == []  # bound in the config
 
 
+@pytest.mark.parametrize("name", ["d.parquet", "d.csv", "d.jsonl", "d.json", "saved", "saved_dict"])
+def test_rows_are_counted_per_format(files, name):
+    cfg = data_cfg(files / name, prompt_column="question", answer_column="solution")
+    assert data.preflight(cfg.data, validate.reward_columns(cfg), prompts_per_batch=len(ROWS)) == []
+    found = data.preflight(cfg.data, validate.reward_columns(cfg), prompts_per_batch=len(ROWS) + 1)
+    assert keys(found) == ["data.path"] and f"holds {len(ROWS)} prompts, too few" in found[0].why and "0 steps" in found[0].why
+
+
+def test_too_few_prompts_for_one_generation_batch_are_refused(files):
+    # 2 ranks x per_device_train_batch_size 8 x steps_per_generation 1 = 16 completions = 8 prompts x 2 generations
+    batch = ("trainer.per_device_train_batch_size=8", "trainer.gradient_accumulation_steps=1", "trainer.num_generations=2")
+    small = ("data=hf", f"data.path={files / 'd.jsonl'}", "data.prompt_column=question", "data.answer_column=solution")
+    assert problems_for(*small, *batch) == []  # 8 rows: exactly one batch
+    found = problems_for(*small, *batch, "trainer.per_device_train_batch_size=16")
+    assert keys(found) == ["data.path"] and "one generation batch takes 16 distinct prompts" in found[0].why
+    found = problems_for(*small, *batch, "data.num_samples=5")
+    assert keys(found) == ["data.num_samples"] and "data.num_samples=8 or more" in found[0].fix
+    assert keys(problems_for(*batch, "data.num_samples=7")) == ["data.num_samples"]  # toy_math: the same rule
+    assert keys(problems_for(*batch, "data.num_samples=0")) == ["data.num_samples"]  # reported once, as out of range
+    assert problems_for(*small, *batch, "trainer.per_device_train_batch_size=16", "action=plan") == []  # a plan trains nothing
+
+
 def test_missing_split_of_a_saved_dataset_dict(files):
     assert keys(data_problems(files / "saved_dict", split="validation", prompt_column="question", answer_column="solution")) == ["data.split"]
 

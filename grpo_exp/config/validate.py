@@ -310,6 +310,14 @@ def check_model_path(cfg: DictConfig) -> list[Problem]:
     return []
 
 
+def generation_batch_size(cfg: DictConfig, world_size: int) -> int:
+    """Completions per generation batch, as GRPOConfig derives it when it is not set."""
+    t = cfg.trainer
+    if t.generation_batch_size is not None:
+        return t.generation_batch_size
+    return t.per_device_train_batch_size * world_size * (t.steps_per_generation or t.gradient_accumulation_steps)
+
+
 def check_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     """TRL's batch rules, checked against the world size this run will have (GRPOConfig only
     checks them inside each process, after launch)."""
@@ -317,12 +325,9 @@ def check_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     if t.generation_batch_size is not None and t.steps_per_generation is not None:
         return [Problem("trainer.generation_batch_size", "and trainer.steps_per_generation are both set; TRL derives one from the other", "set only one of them (null the other)")]
     micro = t.per_device_train_batch_size * world_size
-    if t.generation_batch_size is not None:
-        if t.generation_batch_size % micro:
-            return [Problem("trainer.generation_batch_size", f"{t.generation_batch_size} is not a multiple of per_device_train_batch_size x world size = {micro}", f"use a multiple of {micro}")]
-        generation_batch = t.generation_batch_size
-    else:
-        generation_batch = micro * (t.steps_per_generation or t.gradient_accumulation_steps)
+    if t.generation_batch_size is not None and t.generation_batch_size % micro:
+        return [Problem("trainer.generation_batch_size", f"{t.generation_batch_size} is not a multiple of per_device_train_batch_size x world size = {micro}", f"use a multiple of {micro}")]
+    generation_batch = generation_batch_size(cfg, world_size)
     if generation_batch % t.num_generations:
         fits = [g for g in range(2, generation_batch + 1) if generation_batch % g == 0]
         return [
@@ -494,13 +499,16 @@ def validate(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg)
     bad = {p.key for p in values}
     problems = values + check_trl_rules(cfg) + check_model_path(cfg) + check_calibration(cfg) + check_rewards(cfg) + check_deepspeed(cfg)
-    problems += data.preflight(cfg.data, reward_columns(cfg))
+    batch_known = not bad & _BATCH_INPUTS
+    rows_checkable = batch_known and "data.num_samples" not in bad and cfg.action == "run"  # a plan sizes memory: no data needed
+    prompts_per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if rows_checkable else None
+    problems += data.preflight(cfg.data, reward_columns(cfg), prompts_per_batch)
     if not bad & {"peft.r", "model.dtype"}:
         problems += check_lora(cfg)
     if not any(k.startswith(("topology.", "vllm.")) for k in bad):
         problems += check_topology(cfg, plan) + check_memory_limit(cfg, plan)
         if cfg.action == "run":
             problems += check_machine(cfg, plan, gpus)
-    if not bad & _BATCH_INPUTS:
+    if batch_known:
         problems += check_batch(cfg, plan.world_size)
     return problems

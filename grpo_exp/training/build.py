@@ -110,17 +110,21 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
     """A ready `trl.GRPOTrainer` for the frozen config."""
     from trl import GRPOTrainer
 
-    from grpo_exp.training.data import build_dataset
+    from grpo_exp.training.data import build_dataset, row_problems
 
     path = model_path(cfg)
     tok = tokenizer(cfg, path)
     args = grpo_config(cfg, run_dir, use_cpu)
+    dataset = build_dataset(cfg.data, tok, cfg.seed)
+    too_few = row_problems(cfg.data, len(dataset), "the dataset after loading and filtering", args.generation_batch_size // args.num_generations)
+    if too_few:  # hub data and data.max_prompt_length are only known here, not in the driver's preflight
+        raise ValueError(str(too_few[0]))
     log.info("model %s (%s) from %s", cfg.model.name, cfg.model.dtype, path)
     return GRPOTrainer(
         model=path,
         reward_funcs=reward_funcs(cfg),
         args=args,
-        train_dataset=build_dataset(cfg.data, tok, cfg.seed),
+        train_dataset=dataset,
         processing_class=tok,
         peft_config=lora_config(cfg),
         callbacks=callbacks,

@@ -10,7 +10,8 @@ longer than that many tokens and logs how many went: TRL has no prompt length li
 prompts are the first thing to cut when GRPO runs out of memory.
 
 `preflight` checks local files in the driver, before launch: parse errors with file and line,
-an empty file, a missing prompt column, a column a reward function needs. It reads files with
+an empty file, a missing prompt column, a column a reward function needs, too few rows to fill one
+generation batch. It reads files with
 json/csv/pyarrow only; `datasets` is imported inside the loaders (workers), not on the driver.
 """
 
@@ -35,6 +36,7 @@ _OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * 
 # Local files by suffix -> the `datasets` builder that reads them.
 FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 MAX_REPORTED_ERRORS = 3
+TOY_MATH_ROWS = 256  # toy_math's size when data.num_samples is null
 
 
 def toy_math(cfg: DictConfig, seed: int) -> "Dataset":
@@ -43,7 +45,7 @@ def toy_math(cfg: DictConfig, seed: int) -> "Dataset":
 
     rng = random.Random(seed)
     rows = []
-    for _ in range(cfg.num_samples or 256):
+    for _ in range(cfg.num_samples or TOY_MATH_ROWS):
         a, b, op = rng.randint(0, 99), rng.randint(0, 99), rng.choice(list(_OPS))
         rows.append({"prompt": f"What is {a} {op} {b}?", "answer": str(_OPS[op](a, b))})
     return Dataset.from_list(rows)
@@ -137,12 +139,13 @@ class _Unreadable(Exception):
         self.problems = problems
 
 
-def preflight(cfg: DictConfig, reward_columns: dict[str, list[str]]) -> list[Problem]:
+def preflight(cfg: DictConfig, reward_columns: dict[str, list[str]], prompts_per_batch: int | None = None) -> list[Problem]:
     """Problems with the data the run would read, found without `datasets`: unreadable or empty
-    local files, a missing prompt column, columns the reward functions need. Hub datasets and
-    folders of data files are not read here (the worker reports those)."""
+    local files, a missing prompt column, columns the reward functions need, fewer rows than one
+    generation batch takes (`prompts_per_batch` distinct prompts, when the batch is known). Hub
+    datasets and folders of data files are not read here (the worker reports those)."""
     if cfg.loader == "toy_math":
-        columns = {"prompt", "answer"}
+        columns, rows = {"prompt", "answer"}, None if cfg.num_samples else TOY_MATH_ROWS  # it generates data.num_samples rows
         where = "toy_math"
     elif cfg.path is None:
         return [Problem("data.path", f"is required for data.loader={cfg.loader}", "set data.path=<a .jsonl/.csv/.parquet file, a save_to_disk directory or a hub dataset id>")]
@@ -156,12 +159,29 @@ def preflight(cfg: DictConfig, reward_columns: dict[str, list[str]]) -> list[Pro
         if local.is_file() and local.suffix not in FILE_FORMATS:
             return [Problem("data.path", f"{local} is not a format grpo_exp reads ({local.suffix})", f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory")]
         try:
-            columns = _local_columns(local, cfg)
+            found = _local_columns(local, cfg)
         except _Unreadable as unreadable:
             return unreadable.problems
-        if columns is None:  # a hub id or a folder of data files: read in the worker
-            return []
-    return _column_problems(cfg, columns, where, reward_columns)
+        if found is None:  # a hub id or a folder of data files: read in the worker (data.num_samples bounds it)
+            return row_problems(cfg, None, where, prompts_per_batch)
+        columns, rows = found
+    return _column_problems(cfg, columns, where, reward_columns) + row_problems(cfg, rows, where, prompts_per_batch)
+
+
+def row_problems(cfg: DictConfig, rows: int | None, where: str, prompts_per_batch: int | None) -> list[Problem]:
+    """TRL's sampler drops a generation batch it cannot fill with distinct prompts, so fewer rows
+    than one batch takes would end the run at step 0 as if it had completed. The driver asks with
+    the rows of a local file; the worker again with the dataset it built (hub data, filtering)."""
+    if prompts_per_batch is None:
+        return []
+    capped = cfg.num_samples is not None and (rows is None or cfg.num_samples < rows)
+    usable = cfg.num_samples if capped else rows
+    if usable is None or usable >= prompts_per_batch:
+        return []
+    why = f"one generation batch takes {prompts_per_batch} distinct prompts; the run would train 0 steps"
+    if capped:
+        return [Problem("data.num_samples", f"{usable} prompts are too few: {why}", f"data.num_samples={prompts_per_batch} or more, or a smaller per_device_train_batch_size/steps_per_generation")]
+    return [Problem("data.path", f"{where} holds {usable} prompts, too few: {why}", "give more rows, or a smaller per_device_train_batch_size/steps_per_generation")]
 
 
 def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_columns: dict[str, list[str]]) -> list[Problem]:
@@ -201,8 +221,8 @@ def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_colu
     return problems
 
 
-def _local_columns(path: Path, cfg: DictConfig) -> set[str] | None:
-    """The column names of a local data source; raises _Unreadable with what is wrong."""
+def _local_columns(path: Path, cfg: DictConfig) -> tuple[set[str], int] | None:
+    """The column names and row count of a local data source; raises _Unreadable with what is wrong."""
     if path.is_file():
         reader = {".json": _json_columns, ".jsonl": _json_columns, ".csv": _csv_columns, ".parquet": _parquet_columns}[path.suffix]
         return reader(path, cfg.prompt_column)
@@ -215,7 +235,7 @@ def _empty(path: Path) -> _Unreadable:
     return _Unreadable([Problem("data.path", f"{path} holds no rows", "point data.path at a file with at least one row")])
 
 
-def _json_columns(path: Path, prompt_column: str) -> set[str]:
+def _json_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
     text = path.read_text(errors="replace")
     if not text.strip():
         raise _empty(path)
@@ -247,10 +267,10 @@ def _json_columns(path: Path, prompt_column: str) -> set[str]:
         raise _Unreadable(
             [Problem("data.prompt_column", f"'{prompt_column}' is missing from {len(lacking)} row(s) of {path}, first at line {lacking[0]}", "give every row a prompt, or remove those rows")]
         )
-    return columns
+    return columns, len(numbered)
 
 
-def _csv_columns(path: Path, prompt_column: str) -> set[str]:
+def _csv_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
     with open(path, newline="", errors="replace") as f:
         reader = csv.reader(f)
         header = next(reader, None)
@@ -267,10 +287,10 @@ def _csv_columns(path: Path, prompt_column: str) -> set[str]:
                 )
     if rows == 0:
         raise _empty(path)
-    return set(header)
+    return set(header), rows
 
 
-def _parquet_columns(path: Path, prompt_column: str) -> set[str]:
+def _parquet_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
     import pyarrow.parquet as pq
 
     try:
@@ -279,10 +299,10 @@ def _parquet_columns(path: Path, prompt_column: str) -> set[str]:
         raise _Unreadable([Problem("data.path", f"{path} is not a readable parquet file ({exc})", "rewrite the file, e.g. Dataset.to_parquet")]) from None
     if parquet.metadata.num_rows == 0:
         raise _empty(path)
-    return set(parquet.schema_arrow.names)
+    return set(parquet.schema_arrow.names), parquet.metadata.num_rows
 
 
-def _saved_dataset_columns(path: Path, split: str) -> set[str]:
+def _saved_dataset_columns(path: Path, split: str) -> tuple[set[str], int]:
     if (path / "dataset_dict.json").is_file():
         splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
         if split not in splits:
@@ -292,7 +312,7 @@ def _saved_dataset_columns(path: Path, split: str) -> set[str]:
     rows = _saved_rows(path)
     if rows == 0:
         raise _empty(path)
-    return set((info.get("features") or {}).keys())
+    return set((info.get("features") or {}).keys()), rows
 
 
 def _saved_rows(path: Path) -> int:
