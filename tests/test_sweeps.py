@@ -56,7 +56,7 @@ def test_frontier_finds_the_boundary_with_fewer_launches(cli):
 
 
 def test_predicted_oom_trials_are_recorded_and_skipped(cli):
-    result, sweep_dir = cli("logger=none", "trainer.per_device_train_batch_size=4,16384", multirun=True)
+    result, sweep_dir = cli("logger=none", "trainer.per_device_train_batch_size=4,16384", "data.num_samples=8192", multirun=True)
     assert result.returncode == 0
     assert rundir.read_summary(sweep_dir / "0")["status"] == "completed"
     skipped = rundir.read_summary(sweep_dir / "1")
