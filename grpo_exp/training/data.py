@@ -11,8 +11,8 @@ prompts are the first thing to cut when GRPO runs out of memory.
 
 `preflight` checks local files in the driver, before launch: parse errors with file and line,
 an empty file, a missing prompt column, a column a reward function needs, too few rows to fill one
-generation batch. It reads files with
-json/csv/pyarrow only; `datasets` is imported inside the loaders (workers), not on the driver.
+generation batch. It reads files with json/csv/pyarrow only; `datasets` is imported inside the
+loaders (workers), not on the driver.
 """
 
 import csv
