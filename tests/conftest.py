@@ -70,6 +70,17 @@ def cli(model_cache, tmp_path):
     return run
 
 
+def kill_all(processes) -> None:
+    """SIGKILL each of `processes` (Popen or psutil.Process) that is still there."""
+    import psutil
+
+    for proc in processes:
+        try:
+            proc.kill()
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+
+
 @pytest.fixture
 def background_driver(model_cache, tmp_path):
     """Start drivers in the background in tmp_path: background_driver(*args, env=..., **popen) -> Popen;
@@ -85,12 +96,7 @@ def background_driver(model_cache, tmp_path):
     yield start
     for driver in started:
         if driver.poll() is None:
-            family = [driver, *psutil.Process(driver.pid).children(recursive=True)]
-            for proc in family:
-                try:
-                    proc.kill()
-                except (psutil.NoSuchProcess, ProcessLookupError):
-                    pass
+            kill_all([driver, *psutil.Process(driver.pid).children(recursive=True)])
 
 
 @pytest.fixture
@@ -112,11 +118,7 @@ def training_run(background_driver, tmp_path):
     assert rundir.read_metrics(run_dir), "training never logged a step"
     processes = psutil.Process(driver.pid).children(recursive=True)
     yield driver, run_dir, processes
-    for proc in processes:
-        try:
-            proc.kill()
-        except (psutil.NoSuchProcess, ProcessLookupError):
-            pass
+    kill_all(processes)
 
 
 # Random-init models of other families, saved like any HF model (config.json, safetensors, the

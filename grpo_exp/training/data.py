@@ -159,7 +159,7 @@ def preflight(cfg: DictConfig, reward_columns: dict[str, list[str]], prompts_per
         if local.is_file() and local.suffix not in FILE_FORMATS:
             return [Problem("data.path", f"{local} is not a format grpo_exp reads ({local.suffix})", f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory")]
         try:
-            found = _local_columns(local, cfg)
+            found = _scan_local(local, cfg)
         except _Unreadable as unreadable:
             return unreadable.problems
         if found is None:  # a hub id or a folder of data files: read in the worker (data.num_samples bounds it)
@@ -221,13 +221,13 @@ def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_colu
     return problems
 
 
-def _local_columns(path: Path, cfg: DictConfig) -> tuple[set[str], int] | None:
+def _scan_local(path: Path, cfg: DictConfig) -> tuple[set[str], int] | None:
     """The column names and row count of a local data source; raises _Unreadable with what is wrong."""
     if path.is_file():
-        reader = {".json": _json_columns, ".jsonl": _json_columns, ".csv": _csv_columns, ".parquet": _parquet_columns}[path.suffix]
+        reader = {".json": _scan_json, ".jsonl": _scan_json, ".csv": _scan_csv, ".parquet": _scan_parquet}[path.suffix]
         return reader(path, cfg.prompt_column)
     if path.is_dir() and is_saved_dataset(path):
-        return _saved_dataset_columns(path, cfg.split)
+        return _scan_saved_dataset(path, cfg.split)
     return None
 
 
@@ -235,7 +235,7 @@ def _empty(path: Path) -> _Unreadable:
     return _Unreadable([Problem("data.path", f"{path} holds no rows", "point data.path at a file with at least one row")])
 
 
-def _json_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
+def _scan_json(path: Path, prompt_column: str) -> tuple[set[str], int]:
     text = path.read_text(errors="replace")
     if not text.strip():
         raise _empty(path)
@@ -270,7 +270,7 @@ def _json_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
     return columns, len(numbered)
 
 
-def _csv_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
+def _scan_csv(path: Path, prompt_column: str) -> tuple[set[str], int]:
     with open(path, newline="", errors="replace") as f:
         reader = csv.reader(f)
         header = next(reader, None)
@@ -290,7 +290,7 @@ def _csv_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
     return set(header), rows
 
 
-def _parquet_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
+def _scan_parquet(path: Path, prompt_column: str) -> tuple[set[str], int]:
     import pyarrow.parquet as pq
 
     try:
@@ -302,7 +302,7 @@ def _parquet_columns(path: Path, prompt_column: str) -> tuple[set[str], int]:
     return set(parquet.schema_arrow.names), parquet.metadata.num_rows
 
 
-def _saved_dataset_columns(path: Path, split: str) -> tuple[set[str], int]:
+def _scan_saved_dataset(path: Path, split: str) -> tuple[set[str], int]:
     if (path / "dataset_dict.json").is_file():
         splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
         if split not in splits:
