@@ -8,6 +8,7 @@ This module holds the few facts every stage shares; nothing here imports beyond 
 """
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 GIB = 2**30  # every memory figure grpo_exp reports is in GiB (2^30 bytes), named *_gib
@@ -15,6 +16,18 @@ GIB = 2**30  # every memory figure grpo_exp reports is in GiB (2^30 bytes), name
 # The phases of a GRPO step, in order. Telemetry measures each; the planner models generate,
 # score, train and optimizer (reward functions and the vLLM weight sync add no model memory).
 PHASES = ("generate", "reward", "score", "train", "optimizer", "weight_sync")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a run, in the form every check reports: the full config key, why, a fix."""
+
+    key: str  # full config key, e.g. trainer.num_generations
+    why: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.why}\n    fix: {self.fix}"
 
 
 def is_local_path(name_or_path: str) -> bool:

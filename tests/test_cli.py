@@ -32,7 +32,7 @@ BAD_INPUTS = {
     "model dir without config.json": (["model.name_or_path=/tmp"], "model.name_or_path: /tmp is not a saved HF model", "save_pretrained"),
     "bad choice": (["vllm.mode=sometimes"], "vllm.mode: 'sometimes' is not a valid option", "colocate"),
     "bad dtype": (["model.dtype=fp8"], "model.dtype: 'fp8' is not a valid option", "bfloat16"),
-    "num_generations < 2": (["trainer.num_generations=1"], "trainer.num_generations: is 1", ">= 2"),
+    "num_generations < 2": (["trainer.num_generations=1"], "trainer.num_generations: is 1", "in [2, 65536]"),
     "batch not divisible": (["trainer.num_generations=3"], "does not divide the generation batch 8", "[2, 4, 8]"),
     "reward weights length": (["trainer.reward_weights=[1.0]"], "trainer.reward_weights: has 1 weights for 3", "one weight per"),
     "reward target": (["data.rewards.correctness._target_=grpo_exp.training.rewards.nope"], "data.rewards.correctness._target_", "importable"),

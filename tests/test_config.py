@@ -7,6 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_exp.config import model_info, schema_gen, trl_schema
+from grpo_exp.config.keys import ALIASES
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConfig
 from grpo_exp.training import build
 from tests.conftest import CONF, compose_cfg, group_options
@@ -77,9 +78,10 @@ def test_trainer_defaults_are_trls_except_the_yaml_deltas():
     from trl import GRPOConfig
 
     yaml_keys = set(OmegaConf.load(CONF / "trainer" / "grpo.yaml"))
+    aliases = {key.split(".", 1)[1] for key in ALIASES}  # default "unset" (None): keys.resolve tells them apart
     trainer = OmegaConf.to_container(compose_cfg().trainer, resolve=True)
     for name, f in _grpo_fields().items():
-        if name not in trainer or name in yaml_keys:
+        if name not in trainer or name in yaml_keys or name in aliases:
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         default = getattr(default, "value", default)  # enum defaults are their string

@@ -57,12 +57,12 @@ def nodes(background_driver, tmp_path):
     """Start a node's driver: nodes(rank, *overrides) -> Popen. Node 1 serves, node 0 trains."""
     ports = [f"topology.master_port={free_port()}", f"vllm.server_port={free_port()}", f"vllm.group_port={free_port()}",
              f"vllm.agent_port={free_port()}"]
-    standin = {"GRPO_EXP_VLLM_STANDIN": f"{sys.executable} {REPO / 'tests' / 'standin_vllm.py'}"}
+    standin = f"vllm.standin='{sys.executable} {REPO / 'tests' / 'standin_vllm.py'}'"
 
     def start(rank, *overrides):
         return background_driver("logger=none", "topology=cpu2x1", f"topology.node_rank={rank}", "vllm=server", "vllm.nodes=1",
                                  "vllm.server_host=127.0.0.1", "vllm.server_timeout=60", "trainer.max_steps=2", *ports,
-                                 f"hydra.run.dir={tmp_path / 'run'}", *overrides, env=standin)
+                                 f"hydra.run.dir={tmp_path / 'run'}", standin, *overrides)
 
     return start
 

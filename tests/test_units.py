@@ -97,7 +97,7 @@ def test_driver_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, grpo_exp.__main__, grpo_exp.config.validate; print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
+    code = "import sys, grpo_exp.__main__, grpo_exp.config.checks, grpo_exp.planning.checks; print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -3,22 +3,22 @@ TRL/transformers/torch refuse, every problem in one report, data files, any mode
 DeepSpeed's own config models. tests/test_cli.py covers the exit-code contract end to end."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from omegaconf import OmegaConf
 
-from grpo_exp.__main__ import deepspeed_override
-from grpo_exp.config import deepspeed_check, errors, model_info, validate
-from grpo_exp.planning import placement
-from grpo_exp.training import data
+from grpo_exp.__main__ import check, deepspeed_override
+from grpo_exp.config import deepspeed_check, errors, model_info
+from grpo_exp.config.checks import reward_columns
+from grpo_exp.launching import data_files as data
 from tests.conftest import compose_cfg
 
 
 def problems_for(*overrides: str, gpus: int = 0):
     cfg = compose_cfg(*map(deepspeed_override, overrides))  # as the CLI rewrites deepspeed.<key>=v
-    found = model_info.complete(cfg.model)
-    return found or validate.validate(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=gpus), gpus=gpus)
+    return check(cfg, Path("/x"), gpus)[1]
 
 
 def keys(problems) -> list[str]:
@@ -173,7 +173,7 @@ def data_cfg(path, **extra) -> "OmegaConf":
 
 def data_problems(path, **extra):
     cfg = data_cfg(path, **extra)
-    return data.preflight(cfg.data, validate.reward_columns(cfg))
+    return data.preflight(cfg.data, reward_columns(cfg))
 
 
 @pytest.fixture(scope="module")
@@ -206,18 +206,18 @@ def test_missing_columns_are_named_per_format(files, name):
 def test_extra_column_a_reward_needs(files, monkeypatch):
     cfg = compose_cfg("data=hf", f"data.path={files / 'd.parquet'}", "data.prompt_column=question", "data.answer_column=solution",
                       "+data.rewards.probe._target_=tests.memory_hog.record_columns")
-    assert validate.reward_columns(cfg)["probe"] == ["level"]  # a required argument TRL does not supply
-    assert data.preflight(cfg.data, validate.reward_columns(cfg)) == []
+    assert reward_columns(cfg)["probe"] == ["level"]  # a required argument TRL does not supply
+    assert data.preflight(cfg.data, reward_columns(cfg)) == []
     cfg = compose_cfg("data=hf", f"data.path={files / 'd.parquet'}", "data.prompt_column=question", "data.answer_column=solution",
                       "+data.rewards.probe._target_=tests.memory_hog.record_columns", "+data.rewards.probe.level=1")
-    assert validate.reward_columns(cfg)["probe"] == []  # bound in the config
+    assert reward_columns(cfg)["probe"] == []  # bound in the config
 
 
 @pytest.mark.parametrize("name", ["d.parquet", "d.csv", "d.jsonl", "d.json", "saved", "saved_dict"])
 def test_rows_are_counted_per_format(files, name):
     cfg = data_cfg(files / name, prompt_column="question", answer_column="solution")
-    assert data.preflight(cfg.data, validate.reward_columns(cfg), prompts_per_batch=len(ROWS)) == []
-    found = data.preflight(cfg.data, validate.reward_columns(cfg), prompts_per_batch=len(ROWS) + 1)
+    assert data.preflight(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS)) == []
+    found = data.preflight(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS) + 1)
     assert keys(found) == ["data.path"] and f"holds {len(ROWS)} prompts, too few" in found[0].why and "0 steps" in found[0].why
 
 
@@ -265,7 +265,7 @@ def test_answer_rename_would_clobber_a_column(tmp_path):
 
 def test_toy_math_satisfies_the_default_rewards():
     cfg = compose_cfg()
-    assert data.preflight(cfg.data, validate.reward_columns(cfg)) == []
+    assert data.preflight(cfg.data, reward_columns(cfg)) == []
 
 
 # --- any model --------------------------------------------------------------------------------------

@@ -7,13 +7,13 @@ the trainer config before DeepSpeed sees them. Other top-level keys DeepSpeed re
 dict.get(), so a misspelt one is silently ignored; one that is a near-miss of a key DeepSpeed
 knows (`zero_optimisation`) is reported.
 
-Imports deepspeed (which imports torch, ~2 s): validate.py calls this only when the group is used.
+Imports deepspeed (which imports torch, ~2 s): config/checks.py calls this only when the group is used.
 """
 
 import difflib
 import os
 
-from grpo_exp.config.errors import Problem
+from grpo_exp import Problem
 
 # Top-level sections DeepSpeed reads (deepspeed/runtime/config.py); used only to catch near-misses.
 KNOWN_TOP_LEVEL = (
@@ -79,4 +79,41 @@ def problems(ds: dict) -> list[Problem]:
         close = difflib.get_close_matches(key, KNOWN_TOP_LEVEL, n=1, cutoff=0.8)
         if close:
             out.append(Problem(f"deepspeed.{key}", "DeepSpeed would silently ignore this key", f"did you mean deepspeed.{close[0]}?"))
+    return out
+
+
+# DeepSpeed keys transformers' integration fills from (and compares with) the trainer config
+# (HfTrainerDeepSpeedConfig.trainer_config_process: a value other than "auto" must match, or every
+# worker stops with "Please correct the following DeepSpeed config values that mismatch").
+MATCHED = {
+    "train_micro_batch_size_per_gpu": "per_device_train_batch_size",
+    "gradient_accumulation_steps": "gradient_accumulation_steps",
+    "gradient_clipping": "max_grad_norm",
+}
+
+
+def against_trainer(ds: dict, trainer) -> list[Problem]:
+    """The deepspeed group's top-level values against the trainer's (`trainer` = cfg.trainer)."""
+    out = []
+    if "train_micro_batch_size_per_gpu" not in ds and "train_batch_size" not in ds:
+        return [Problem("deepspeed", f"holds only {sorted(ds)}: DeepSpeed needs a batch size (train_micro_batch_size_per_gpu), which the "
+                        "shipped options leave to transformers as auto", "choose an option (deepspeed=zero2, ...) and override its keys")]
+    for key, field in MATCHED.items():
+        value = ds.get(key, "auto")
+        if value != "auto" and value != trainer[field]:
+            out.append(Problem(f"deepspeed.{key}", f"is {value!r} but trainer.{field} is {trainer[field]}; transformers fills it from the "
+                               "trainer and refuses a different value", f"set deepspeed.{key}=auto (or trainer.{field}={value!r})"))
+    total = ds.get("train_batch_size", "auto")
+    if total != "auto" and not (isinstance(total, int) and not isinstance(total, bool) and total >= 1):
+        out.append(Problem("deepspeed.train_batch_size", f"is {total!r}; it must be auto or a whole number of sequences",
+                           "set deepspeed.train_batch_size=auto (per_device x world size x gradient_accumulation_steps)"))
+    enabled = {p: (ds.get(p) or {}).get("enabled", "auto") if isinstance(ds.get(p), dict) else "auto" for p in ("fp16", "bf16")}
+    if enabled["fp16"] is True and enabled["bf16"] is True:
+        out.append(Problem("deepspeed.fp16.enabled", "and deepspeed.bf16.enabled are both true (DeepSpeed refuses both)",
+                           "set one of them to false, or both to auto (they follow trainer.bf16 / trainer.fp16)"))
+    for precision in ("fp16", "bf16"):
+        wanted = bool(trainer[precision] or trainer[f"{precision}_full_eval"])
+        if enabled[precision] not in ("auto", wanted) and isinstance(enabled[precision], bool):
+            out.append(Problem(f"deepspeed.{precision}.enabled", f"is {enabled[precision]} but trainer.{precision} is {trainer[precision]}; "
+                               "transformers refuses the mismatch", f"set deepspeed.{precision}.enabled=auto"))
     return out

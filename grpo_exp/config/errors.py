@@ -1,30 +1,24 @@
 """Config errors as short messages: the full key, why, a fix. Never a traceback.
 
-`Problem` is the one form every check reports in. Hydra rejects unknown group options, unknown
-keys and wrong types while composing; `explain` rewrites its exceptions in the same form, with the
-nearest valid names ("did you mean ...?") or the key that sets a field grpo_exp owns.
+`Problem` (grpo_exp/__init__.py) is the one form every check reports in. Hydra rejects unknown group
+options, unknown keys and wrong types while composing; `explain` rewrites its exceptions in the same
+form, with the key's home when it is a name from TRL or open-r1 (config/keys.py), the key that sets a
+field grpo_exp owns, or the nearest valid names ("did you mean ...?").
 """
 
 import difflib
 import re
 import sys
-from dataclasses import dataclass
 
-from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf import OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from grpo_exp import Problem
+from grpo_exp.config import keys
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, Config
 
-
-@dataclass(frozen=True)
-class Problem:
-    key: str  # full config key, e.g. trainer.num_generations
-    why: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: {self.why}\n    fix: {self.fix}"
+__all__ = ["Problem", "report", "explain", "unknown_key", "did_you_mean"]
 
 
 def report(message: str) -> None:
@@ -39,29 +33,51 @@ def valid_keys(parent: str) -> list[str]:
     return sorted(node.keys()) if OmegaConf.is_dict(node) else []
 
 
-def explain(exc: HydraException | OmegaConfBaseException) -> str:
+def explain(exc: Exception) -> str:
+    """A compose-time exception (Hydra, OmegaConf, or the ValueError / OverflowError they let
+    through for a null group option or a number no float holds) as key, why and fix."""
     if isinstance(exc, MissingConfigException) and exc.options is not None:
         group, _, option = (exc.missing_cfg_file or "").rpartition("/")
         return f"{group}={option}: no such option\n    fix: use one of: {', '.join(sorted(exc.options))}"
     if isinstance(exc, OverrideParseException):
         return f"{exc.override}: not a valid override ({exc.message.splitlines()[0]})\n    fix: write key=value, group=option or +key=value"
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    key = getattr(cause, "full_key", None)
+    named = re.search(r"full_key: (\S+)", str(cause))  # OmegaConf names the key in the message of errors it does not type
+    key = getattr(cause, "full_key", None) or (named.group(1) if named else None)
     if key and isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         return str(unknown_key(key))
     if key and isinstance(cause, ValidationError):
         wanted = re.search(r"converted to (\w+)", cause.msg)
         kind = f"a {wanted.group(1)}" if wanted else "a value of its type"
         return f"{key}: {cause.msg.splitlines()[0]}\n    fix: {key} takes {kind}; `python -m grpo_exp --cfg job` shows every value"
+    if isinstance(cause, OverflowError):
+        return f"{key or 'a value'}: is too large for a number ({str(cause).splitlines()[0]})\n    fix: give a value below 1e308"
+    if isinstance(cause, ValueError) and "Config group override must be a string" in str(cause):
+        return f"a group option: {str(cause).splitlines()[0]}\n    fix: write group=option (model=qwen7b); `python -m grpo_exp --help` lists them"
     return str(exc).strip()
 
 
+def as_problem(exc: OmegaConfBaseException) -> Problem:
+    """An OmegaConf error met while reading the composed config (an interpolation that does not
+    resolve, a value of the wrong type) as a Problem on its key."""
+    named = re.search(r"full_key: (\S+)", str(exc))
+    key = getattr(exc, "full_key", None) or (named.group(1) if named else "config")
+    return Problem(key, str(exc).splitlines()[0], "fix that value; `python -m grpo_exp --cfg job` shows every value")
+
+
 def unknown_key(key: str) -> Problem:
-    """`key` is not in the schema: name the key that sets it if grpo_exp owns it, else the nearest valid names."""
+    """`key` is not in the schema: name the key that sets it if grpo_exp owns it, its home if it is a
+    name from TRL's scripts, older TRL or open-r1, else the nearest valid names."""
     parent, _, name = key.rpartition(".")
     field_name = name if parent == "trainer" else f"vllm_{name}"
     if parent in ("trainer", "vllm") and field_name in OWNED_TRAINER_FIELDS:
         return Problem(key, f"grpo_exp sets GRPOConfig's `{field_name}` itself", f"use {OWNED_TRAINER_FIELDS[field_name]}")
+    found = keys.home(key)
+    if found is not None and found.key is not None:
+        note = f" ({found.note})" if found.note else ""
+        return Problem(key, f"is not a grpo_exp key: it is a name from TRL's scripts, older TRL or open-r1{note}", f"use {found.key}")
+    if found is not None:
+        return Problem(key, f"has no grpo_exp key: {found.note}", f"remove {key}")
     if parent == "trainer" and name.startswith("vllm_"):
         return Problem(key, "vLLM settings live in the vllm group, without the vllm_ prefix", f"use vllm.{name.removeprefix('vllm_')}")
     where = f"'{parent}'" if parent else "the root config"

@@ -25,8 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from grpo_exp import is_local_path
-from grpo_exp.config.errors import Problem
+from grpo_exp import Problem, is_local_path
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (

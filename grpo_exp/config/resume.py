@@ -11,7 +11,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config.errors import Problem
+from grpo_exp import Problem
+from grpo_exp.config.overrides import values
 from grpo_exp.config.schema import Config
 from grpo_exp.results import rundir
 
@@ -37,14 +38,14 @@ def load(composed: DictConfig, overrides: list[str]) -> tuple[DictConfig | None,
     run_dir = Path(composed.resume).expanduser()
     if not (run_dir / rundir.CONFIG).is_file():
         return None, [Problem("resume", f"{run_dir} holds no {rundir.CONFIG}: not a grpo_exp run dir", "point resume= at the run dir of the run to continue")]
-    changed = [key for key in rundir.parse_overrides(overrides) if not _resumable(key)]
+    changed = [key for key in values(overrides) if not _resumable(key)]
     if changed:
         return None, [Problem(
             key, "would change the run's shape; a resumed run keeps its frozen config.yaml",
             "drop it to continue the run as it was, or start a new run with it (resumable: max_steps, logging, saving, watchdog, launcher, ...)",
         ) for key in changed]
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(run_dir / rundir.CONFIG))
-    for key in rundir.parse_overrides(overrides):
+    for key in values(overrides):
         OmegaConf.update(cfg, key, OmegaConf.select(composed, key), merge=False)
     cfg.resume = str(run_dir)
     return cfg, []

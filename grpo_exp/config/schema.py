@@ -122,6 +122,9 @@ class VllmConfig(VllmFields):
     # Dedicated serving node (vllm.nodes=1): its driver answers the training nodes here (its config
     # fingerprint, and the stop at the end of the run). auto as the ports above (multi-node: 51217).
     agent_port: Any = "auto"
+    # A command that plays `trl vllm-serve` where vLLM cannot run: the CPU rehearsal of a serving node
+    # (tests/test_dedicated_vllm.py). Its trainers generate with transformers. null: the real server.
+    standin: Optional[str] = None
 
 
 @dataclass

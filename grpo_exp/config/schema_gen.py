@@ -22,6 +22,7 @@ import types
 import typing
 from pathlib import Path
 
+from grpo_exp.config.keys import ALIASES
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
 
 TARGET = Path(__file__).with_name("trl_schema.py")
@@ -58,10 +59,33 @@ def _annotation(tp) -> tuple[str, tuple[str, ...] | None]:
 
 
 def _default(f: dataclasses.Field) -> str:
+    if _is_unset_alias(f.name):  # "not set": keys.resolve tells the alias apart from the name it stands for
+        return "None"
     if f.default_factory is not dataclasses.MISSING:
         return f"field(default_factory=lambda: {f.default_factory()!r})"
     value = f.default.value if isinstance(f.default, enum.Enum) else f.default
     return repr(value)
+
+
+def _is_unset_alias(name: str) -> bool:
+    return any(key.split(".", 1)[1] in (name, name.removeprefix(VLLM_PREFIX)) and alias.unset is None
+               for key, alias in ALIASES.items() if (key.startswith("vllm.") == name.startswith(VLLM_PREFIX)))
+
+
+def _scheduler_kwargs() -> dict:
+    """Per lr_scheduler_type, the keyword arguments its transformers function takes beyond what the
+    Trainer passes (None: it takes **kwargs, e.g. torch's ReduceLROnPlateau)."""
+    import inspect
+
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+
+    passed = {"optimizer", "num_warmup_steps", "num_training_steps", "last_epoch"}
+    out = {}
+    for kind, function in TYPE_TO_SCHEDULER_FUNCTION.items():
+        params = inspect.signature(function).parameters.values()
+        takes_any = any(p.kind == p.VAR_KEYWORD for p in params)
+        out[kind.value] = None if takes_any else tuple(p.name for p in params if p.name not in passed)
+    return out
 
 
 def _help(f: dataclasses.Field) -> str:
@@ -81,6 +105,8 @@ def render() -> str:
         if not f.init or f.name in OWNED_TRAINER_FIELDS:
             continue
         annotation, enum_choices = _annotation(hints[f.name])
+        if _is_unset_alias(f.name) and not annotation.startswith(("Optional", "Any")):
+            annotation = f"Optional[{annotation}]"
         is_vllm = f.name.startswith(VLLM_PREFIX)
         name = f.name.removeprefix(VLLM_PREFIX) if is_vllm else f.name
         line = f"    {name}: {annotation} = {_default(f)}"
@@ -92,6 +118,8 @@ def render() -> str:
         elif enum_choices:
             choices[key] = enum_choices
     choice_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(choices.items()))
+    scheduler_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in _scheduler_kwargs().items())
+    from transformers.debug_utils import DebugOption
     body = "\n".join(trainer + vllm)
     typing_names = ", ".join(n for n in ("Any", "Dict", "List", "Optional") if f"{n}[" in body or f": {n} " in body)
     return (
@@ -106,7 +134,11 @@ def render() -> str:
         "# Fields typed by an enum in transformers: the only values GRPOConfig accepts.\n"
         f"CHOICES = {{\n{choice_lines}}}\n\n"
         "# Fields that take a mapping (TRL also accepts a JSON string on its own CLI; here YAML writes the dict).\n"
-        f"DICT_FIELDS = {tuple(dicts)!r}\n\n\n"
+        f"DICT_FIELDS = {tuple(dicts)!r}\n\n"
+        "# lr_scheduler_kwargs each scheduler takes (transformers.optimization; None: any, passed to torch).\n"
+        f"SCHEDULER_KWARGS = {{\n{scheduler_lines}}}\n\n"
+        "# trainer.debug: space-separated transformers DebugOption values.\n"
+        f"DEBUG_OPTIONS = {tuple(d.value for d in DebugOption)!r}\n\n\n"
         "@dataclass\nclass TrainerFields:\n" + "\n".join(trainer) + "\n\n\n"
         "@dataclass\nclass VllmFields:\n" + "\n".join(vllm) + "\n"
     )

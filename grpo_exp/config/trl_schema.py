@@ -23,6 +23,25 @@ CHOICES = {
 # Fields that take a mapping (TRL also accepts a JSON string on its own CLI; here YAML writes the dict).
 DICT_FIELDS = ('trainer.lr_scheduler_kwargs', 'trainer.activation_checkpointing_kwargs', 'trainer.gradient_checkpointing_kwargs', 'trainer.liger_kernel_config', 'trainer.accelerator_config', 'trainer.model_init_kwargs', 'trainer.generation_kwargs', 'trainer.chat_template_kwargs', 'trainer.transformers_continuous_batching_config')
 
+# lr_scheduler_kwargs each scheduler takes (transformers.optimization; None: any, passed to torch).
+SCHEDULER_KWARGS = {
+    'linear': (),
+    'cosine': ('num_cycles',),
+    'cosine_with_restarts': ('num_cycles',),
+    'polynomial': ('lr_end', 'power'),
+    'constant': (),
+    'constant_with_warmup': (),
+    'inverse_sqrt': ('timescale',),
+    'reduce_lr_on_plateau': None,
+    'cosine_with_min_lr': ('num_cycles', 'min_lr', 'min_lr_rate'),
+    'cosine_warmup_with_min_lr': ('num_cycles', 'min_lr', 'min_lr_rate', 'warmup_lr_rate'),
+    'warmup_stable_decay': ('num_decay_steps', 'num_stable_steps', 'warmup_type', 'decay_type', 'min_lr_ratio', 'num_cycles'),
+    'greedy': None,
+}
+
+# trainer.debug: space-separated transformers DebugOption values.
+DEBUG_OPTIONS = ('underflow_overflow', 'tpu_metrics_debug')
+
 
 @dataclass
 class TrainerFields:
@@ -51,7 +70,7 @@ class TrainerFields:
     tf32: Optional[bool] = None  # Enable TF32 mode on Ampere and newer GPUs
     activation_checkpointing: Optional[bool] = None  # Enable activation checkpointing to trade compute for memory
     activation_checkpointing_kwargs: Any = None  # Keyword arguments passed to `activation_checkpointing_enable()`
-    gradient_checkpointing: bool = True  # Enable gradient checkpointing to trade compute for memory
+    gradient_checkpointing: Optional[bool] = None  # Enable gradient checkpointing to trade compute for memory
     gradient_checkpointing_kwargs: Any = None  # Deprecated alias of `activation_checkpointing_kwargs`, will be removed in v6
     torch_compile: bool = False  # Compile the model using `torch.compile()` for faster training
     torch_compile_backend: Optional[str] = None  # Backend for `torch.compile()`

@@ -16,7 +16,7 @@ import socket
 
 from omegaconf import DictConfig
 
-from grpo_exp.config.errors import Problem
+from grpo_exp import Problem
 
 AUTO = "auto"
 VLLM_PORTS = {"vllm.server_port": 8000, "vllm.group_port": 51216, "vllm.agent_port": 51217}  # key -> multi-node default (TRL's)

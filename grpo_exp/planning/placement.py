@@ -13,6 +13,8 @@ Rules (the multi-node failures in the field are all placement errors):
 - No GPU (`gpus_per_node: 0`, or none detected): `cpu_procs` processes per node over gloo.
 """
 
+import shlex
+import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 
@@ -51,7 +53,7 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
     """The plan for `cfg`; `detected_gpus` matters only where the topology does not say."""
     topo, vllm = cfg.topology, cfg.vllm
     gpus = gpus_per_node(cfg, detected_gpus)
-    server = vllm.mode == "server" and (gpus > 0 or standin_server() is not None)
+    server = vllm.mode == "server" and (gpus > 0 or vllm.standin is not None)
     dedicated = vllm.nodes if server else 0  # serving nodes, the last ones
     serving_node = (topo.nnodes - 1 if dedicated else 0) if server else None
     reserved = (gpus if dedicated else (vllm.gpus or 1)) if server else 0
@@ -71,8 +73,6 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
         if node.train_procs:
             node.commands["train"] = train_command(cfg, node, config_path, training_nodes=topo.nnodes - dedicated)
         if node.vllm_gpus or (server and node.node_rank == serving_node):
-            from grpo_exp.launching.vllm_server import serve_command
-
             node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)))
     return Plan(
         world_size=world_size,
@@ -89,14 +89,36 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
     )
 
 
-def standin_server() -> list[str] | None:
-    """GRPO_EXP_VLLM_STANDIN: a command that plays `trl vllm-serve` where vLLM cannot run (the CPU
-    rehearsal of a serving node in tests/test_dedicated_vllm.py). Its workers generate without vLLM."""
-    import os
-    import shlex
+def serve_command(cfg: DictConfig, gpus: int) -> list[str]:
+    """`trl vllm-serve` on `gpus` GPUs: engines of vllm.tensor_parallel_size, data parallel over the rest
+    (or vllm.standin's command in its place, the CPU rehearsal)."""
+    v = cfg.vllm
+    trl = shlex.split(v.standin) if v.standin else (shutil.which("trl") or f"{sys.executable} -m trl").split()
+    argv = [
+        *trl,
+        "vllm-serve",
+        f"--model={cfg.model.name_or_path}",
+        f"--tensor_parallel_size={v.tensor_parallel_size}",
+        f"--data_parallel_size={max(1, gpus // v.tensor_parallel_size)}",
+        f"--gpu_memory_utilization={v.gpu_memory_utilization}",
+        f"--dtype={cfg.model.dtype}",
+        f"--host={bind_address(cfg)}",
+        f"--port={v.server_port}",
+    ]
+    if v.max_model_length is not None:
+        argv.append(f"--max_model_len={v.max_model_length}")
+    return argv
 
-    command = os.environ.get("GRPO_EXP_VLLM_STANDIN")
-    return shlex.split(command) if command else None
+
+def bind_address(cfg: DictConfig) -> str:
+    """Where the server listens: TRL's server has no authentication, so only where trainers are.
+    Loopback when they all run on its node; a dedicated serving node its own address (the one the
+    trainers are given, vllm.server_host); else node 0's address on the cluster network."""
+    if cfg.vllm.server_bind is not None:
+        return cfg.vllm.server_bind
+    if cfg.vllm.nodes:
+        return cfg.vllm.server_host or "<vllm.server_host: the serving node's address>"
+    return "127.0.0.1" if cfg.topology.nnodes == 1 else str(cfg.topology.master_addr)
 
 
 def _env(cfg: DictConfig, node: NodePlan) -> dict[str, dict[str, str]]:

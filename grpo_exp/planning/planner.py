@@ -443,6 +443,14 @@ def _peak(e: Estimate) -> float:
     return max(e.train.peak, e.vllm.peak if e.vllm else 0.0)
 
 
+def _saved(base: Estimate, changed: Estimate) -> float:
+    """Bytes a change saves on the role that binds: the training GPU or the vLLM server GPU that is
+    over its capacity (a server's GPU is full by design, so the larger peak may not be the one in the way)."""
+    roles = [("train", base.train, changed.train)] + ([("vllm", base.vllm, changed.vllm)] if base.vllm else [])
+    binding = [(b, c) for _, b, c in roles if not b.fits] or [(b, c) for _, b, c in roles]
+    return max(b.peak - c.peak for b, c in binding)
+
+
 def suggest(x: Inputs) -> list[dict]:
     """Changes that would make the run fit (or help), ranked: fitting first, then by GiB saved."""
     base = estimate(x)
@@ -452,7 +460,7 @@ def suggest(x: Inputs) -> list[dict]:
 
     def add(key: str, value, y: Inputs, text: str) -> None:
         e = estimate(y)
-        saved = (_peak(base) - _peak(e)) / GIB
+        saved = _saved(base, e) / GIB
         if saved > 0.01 or e.fits:
             out.append({"key": key, "value": value, "fits": e.fits, "saves_gib": round(saved, 2), "text": text})
 
@@ -537,6 +545,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
     notes += list(cfg.model.get("planner_notes") or [])  # what this architecture has that the formulas do not model
+    notes += _setting_notes(cfg, x)
     return {
         "fits": e.fits,
         "device": plan.device,
@@ -546,6 +555,22 @@ def preflight(cfg: DictConfig, plan) -> dict:
         "suggestions": suggest(x),
         "notes": notes,
     }
+
+
+def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
+    """Settings that change what runs in a way the plan reads differently from the user's intent."""
+    notes = []
+    needed = x.prompt + x.completion
+    if x.vllm_mode != "off" and cfg.vllm.max_model_length is not None and cfg.vllm.max_model_length < needed:
+        notes.append(f"vllm.max_model_length {cfg.vllm.max_model_length} < prompt + completion ({needed} tokens): vLLM ends "
+                     "such generations at its limit, so long prompts get shorter completions (the plan sizes the KV cache by the limit)")
+    if cfg.trainer.use_liger_kernel:
+        notes.append("trainer.use_liger_kernel: planned as trl's fused LM head (Liger's fused linear GRPO loss also never holds the "
+                     "full logits; its chunks differ) and unpatched layers; Liger's smaller RMSNorm/SwiGLU activations are not modelled")
+    if x.vllm_mode == "off" and cfg.trainer.use_transformers_continuous_batching:
+        notes.append("trainer.use_transformers_continuous_batching: transformers reserves a paged KV cache for generate() from the "
+                     "free memory at start-up (ContinuousBatchingConfig); the plan counts only this rank's generation batch's KV cache")
+    return notes
 
 
 def summary_keys(memory: dict) -> dict:

@@ -14,6 +14,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_exp.config.overrides import values
 from grpo_exp.results import rundir
 
 FAILED_STATUSES = {"oom": "OOM", "predicted_oom": "pred. OOM", "failed": "failed", "invalid": "invalid",
@@ -64,7 +65,7 @@ def load_local(path: Path) -> list[Run]:
         (d for d in path.iterdir() if has_summary(d)),
         key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name),
     )
-    return [Run(d.name, rundir.parse_overrides(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve()) for d in dirs]
+    return [Run(d.name, values(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve()) for d in dirs]
 
 
 def load_wandb(project: str, group: str | None = None) -> list[Run]:
@@ -74,7 +75,7 @@ def load_wandb(project: str, group: str | None = None) -> list[Run]:
     runs = wandb.Api().runs(project, filters={"group": group} if group else None)
     out = []
     for r in runs:
-        out.append(Run(r.name, rundir.parse_overrides(r.config.get("overrides", [])), dict(r.summary)))
+        out.append(Run(r.name, values(r.config.get("overrides", [])), dict(r.summary)))
     return out
 
 

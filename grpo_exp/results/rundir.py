@@ -97,16 +97,6 @@ def read_overrides(run_dir: Path) -> list[str]:
     return OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else []
 
 
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    """`key=value` overrides as {key: value} (strings), without Hydra's own (hydra.*) ones."""
-    out = {}
-    for item in items:
-        key, sep, value = item.lstrip("+~").partition("=")
-        if sep and not key.startswith("hydra."):
-            out[key] = value
-    return out
-
-
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(_jsonable(data), indent=2) + "\n")
 

@@ -41,10 +41,8 @@ def vllm_fields(cfg: DictConfig) -> dict:
     """GRPOConfig's vllm fields: every key gets its `vllm_` prefix back; mode `off` is use_vllm=False."""
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
-    from grpo_exp.planning.placement import standin_server
-
-    if standin_server() is not None:  # the CPU rehearsal of a serving node: nothing to generate with
-        log.warning("GRPO_EXP_VLLM_STANDIN is set: a stand-in plays the vLLM server; completions come from transformers")
+    if cfg.vllm.standin is not None:  # the CPU rehearsal of a serving node: nothing to generate with
+        log.warning("vllm.standin is set: a stand-in plays the vLLM server; completions come from transformers")
         return {"use_vllm": False}
     fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
     if fields["vllm_server_host"] is None:  # the plan puts the server on node 0, torchrun's MASTER_ADDR
@@ -89,8 +87,10 @@ def reward_funcs(cfg: DictConfig) -> list:
     keyword arguments (a functools.partial, which TRL still names after the function)."""
     from hydra.utils import get_method, instantiate
 
+    from grpo_exp.config.checks import active_rewards
+
     funcs = []
-    for name, node in cfg.data.rewards.items():
+    for name, node in active_rewards(cfg.data).items():
         has_kwargs = any(k != "_target_" for k in node)
         funcs.append(instantiate(node, _partial_=True) if has_kwargs else get_method(node._target_))
         log.info("reward %s <- %s", name, node._target_)
@@ -110,7 +110,8 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
     """A ready `trl.GRPOTrainer` for the frozen config."""
     from trl import GRPOTrainer
 
-    from grpo_exp.training.data import build_dataset, row_problems
+    from grpo_exp.launching.data_files import row_problems
+    from grpo_exp.training.data import build_dataset
 
     path = model_path(cfg)
     tok = tokenizer(cfg, path)

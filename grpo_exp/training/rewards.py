@@ -68,3 +68,10 @@ def answer_closeness(completions, answer, **kwargs) -> list[float]:
         except (TypeError, ValueError):
             scores.append(0.0)
     return scores
+
+
+def tag_count(completions, **kwargs) -> list[float]:
+    """0.25 for each of `<think>\\n`, `\\n</think>\\n`, `\\n<answer>\\n`, `\\n</answer>` found exactly once
+    (open-r1's tag_count_reward: partial credit on the way to the full think/answer format)."""
+    tags = ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>")
+    return [sum(0.25 for tag in tags if completion_text(c).count(tag) == 1) for c in completions]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.config.overrides import values
 from grpo_exp.results import rundir
 
 
@@ -49,7 +50,7 @@ def swept_values(overrides: list[str]) -> dict:
     """`key=value` overrides (not hydra.* ones) as {key: value}, values parsed as YAML scalars."""
     import yaml
 
-    return {key: yaml.safe_load(value) for key, value in rundir.parse_overrides(overrides).items()}
+    return {key: yaml.safe_load(value) for key, value in values(overrides).items()}
 
 
 def sweep_group(cfg: DictConfig, run_dir: Path) -> str:

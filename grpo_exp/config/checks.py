@@ -1,0 +1,401 @@
+"""Stage 1 of the checks: what the composed config alone can tell, before anything is planned or built.
+
+Hydra and the schema already rejected unknown group options, unknown keys and wrong types. What is
+left here: values outside their range (with upper bounds, so that nothing is ever built from an
+absurd size) or their set of choices, TRL's and transformers' own rules on combinations, the
+reward functions, the LoRA targets and the deepspeed group. Rules that need the plan (world size,
+placement) are planning/checks.py; rules about this machine (GPUs, ports, files) are the launch
+preflight, launching/preflight.py. Each check returns `Problem`s naming the full key, why and a fix.
+Pure Python: no torch/transformers/trl import, except the LoRA and DeepSpeed checks (only when used).
+"""
+
+import dataclasses
+import inspect
+import math
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_exp import Problem
+from grpo_exp.config import model_info
+from grpo_exp.config.errors import unknown_key
+from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
+from grpo_exp.config.trl_schema import DEBUG_OPTIONS, DICT_FIELDS, SCHEDULER_KWARGS
+
+DTYPES = ("bfloat16", "float16", "float32", "auto")
+LOADERS = ("gsm8k", "hf", "toy_math")  # the functions of training/data.py (a test keeps them equal)
+# Keys with a fixed set of values: grpo_exp's own, the str fields TRL checks only at run time
+# (trl 1.16 grpo_trainer.py: "Unknown loss type", "Invalid value for scale_rewards", ...), and
+# the enum-typed fields of GRPOConfig (generated, trl_schema.CHOICES).
+CHOICES = {
+    "action": ("run", "plan"),
+    "vllm.mode": ("off", "colocate", "server"),
+    "model.dtype": DTYPES,
+    "data.loader": LOADERS,
+    "launcher.name": ("local", "slurm"),
+    "logger.name": ("wandb", "none"),
+    "logger.mode": ("auto", "online", "offline"),
+    "logger.console": ("quiet", "full"),
+    "preflight.on_oom": ("refuse", "warn", "fit"),
+    "trainer.loss_type": ("grpo", "bnpo", "dr_grpo", "dapo", "luspo", "cispo", "sapo", "vespo"),
+    "trainer.scale_rewards": ("group", "batch", "none"),
+    "trainer.importance_sampling_level": ("token", "sequence"),
+    "trainer.multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
+    "vllm.importance_sampling_mode": ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
+    "vllm.model_impl": ("vllm", "transformers"),
+    "trainer.ddp_backend": ("nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl", "xccl"),  # transformers' TrainingArguments
+    **ENUM_CHOICES,
+}
+
+
+def _at_least(low, high=2**53):
+    return (lambda v: low <= v <= high), (f">= {low}" if high == 2**53 else f"in [{low}, {high}]")
+
+
+def _above(low):
+    return (lambda v: low < v <= 2**53), f"> {low}"
+
+
+def _within(low, high, high_open=False):
+    if high_open:
+        return (lambda v: low <= v < high), f"in [{low}, {high})"
+    return (lambda v: low <= v <= high), f"in [{low}, {high}]"
+
+
+_PORT = (lambda v: 1 <= v <= 65535, "in [1, 65535] (a TCP port)")
+_PROBABILITY_OPEN_LOW = (lambda v: 0 < v <= 1, "in (0, 1]")
+_DIMENSION = _at_least(1, 2**24)  # a model width or count: anything larger is a typo, and would be built
+_SIZE = _at_least(1, 2**24)  # tokens, batch sizes, processes: bounded before anything is sized by them
+# Numeric ranges. A value outside one either makes TRL, transformers or torch raise inside every
+# worker after launch (batch 0, temperature <= 0, a negative learning rate), hangs or exhausts the
+# driver (a node plan for 10^30 nodes) or trains something meaningless; tests/test_validate.py checks
+# the trainer rows against GRPOConfig and torch. Every other number must be finite and below 2^53.
+RANGES = {
+    "trainer.per_device_train_batch_size": _SIZE,
+    "trainer.per_device_eval_batch_size": _SIZE,
+    "trainer.gradient_accumulation_steps": _SIZE,
+    "trainer.num_generations": _at_least(2, 2**16),  # advantages compare >= 2 completions of one prompt
+    "trainer.num_generations_eval": _at_least(2, 2**16),
+    "trainer.max_completion_length": _SIZE,
+    "trainer.generation_batch_size": _at_least(1, 2**30),
+    "trainer.steps_per_generation": _SIZE,
+    "trainer.num_iterations": _SIZE,
+    "trainer.learning_rate": _at_least(0),
+    "trainer.temperature": _above(0),
+    "trainer.top_p": _PROBABILITY_OPEN_LOW,
+    "trainer.top_k": _at_least(0),
+    "trainer.min_p": _within(0, 1),
+    "trainer.repetition_penalty": _above(0),
+    "trainer.beta": _at_least(0),
+    "trainer.epsilon": _at_least(0),
+    "trainer.epsilon_high": _at_least(0),
+    "trainer.delta": _above(0),
+    "trainer.max_grad_norm": _at_least(0),
+    "trainer.weight_decay": _at_least(0),
+    "trainer.warmup_steps": _at_least(0),
+    "trainer.adam_beta1": _within(0, 1, high_open=True),
+    "trainer.adam_beta2": _within(0, 1, high_open=True),
+    "trainer.adam_epsilon": _at_least(0),
+    "trainer.label_smoothing_factor": _within(0, 1),
+    "trainer.num_train_epochs": _above(0),
+    "trainer.max_steps": (lambda v: v == -1 or 1 <= v <= 2**53, "-1 (train num_train_epochs) or >= 1"),
+    "trainer.logging_steps": _above(0),
+    "trainer.save_steps": _above(0),
+    "trainer.eval_steps": _above(0),
+    "trainer.save_total_limit": _at_least(1),
+    "trainer.torch_empty_cache_steps": _at_least(1),  # transformers: "must be an integer bigger than 0"
+    "trainer.dataloader_num_workers": _at_least(0, 1024),
+    "trainer.top_entropy_quantile": _within(0, 1),
+    "trainer.ref_model_mixup_alpha": _within(0, 1),
+    "trainer.ref_model_sync_steps": _at_least(1),
+    "trainer.num_completions_to_print": _at_least(0),
+    "vllm.gpu_memory_utilization": _PROBABILITY_OPEN_LOW,
+    "vllm.tensor_parallel_size": _at_least(1, 1024),
+    "vllm.gpus": _at_least(0, 1024),
+    "vllm.nodes": _at_least(0, 4096),
+    "vllm.max_model_length": _SIZE,
+    "vllm.server_timeout": _above(0),
+    "vllm.importance_sampling_clip_max": _above(0),
+    "vllm.importance_sampling_clip_min": _at_least(0),
+    "data.max_prompt_length": _SIZE,
+    "data.num_samples": _at_least(1, 2**40),
+    "model.hidden_size": _DIMENSION,
+    "model.intermediate_size": _DIMENSION,
+    "model.num_hidden_layers": _at_least(1, 2**16),
+    "model.num_attention_heads": _at_least(1, 2**16),
+    "model.num_key_value_heads": _at_least(1, 2**16),
+    "model.head_dim": _at_least(1, 2**16),
+    "model.vocab_size": _DIMENSION,
+    "model.max_position_embeddings": _at_least(1, 2**30),
+    "model.num_parameters": _at_least(1, 10**14),
+    "topology.nnodes": _at_least(1, 4096),
+    "topology.gpus_per_node": _at_least(0, 1024),
+    "topology.gpu_memory_gib": (lambda v: 0 < v <= 2**20, "in (0, 1048576]"),
+    "topology.cpu_procs": _at_least(1, 1024),
+    "topology.node_rank": _at_least(0, 4095),
+    "topology.master_port": _PORT,
+    "topology.rendezvous_timeout_s": _above(0),
+    "topology.collective_timeout_s": _above(0),
+    "peft.r": _at_least(1, 2**16),
+    "peft.lora_alpha": _above(0),
+    "peft.lora_dropout": _within(0, 1, high_open=True),
+    "memory.limit_gib": _above(0),
+    "watchdog.stall_s": _above(0),
+    "preemption.grace_s": _at_least(0),
+    "launcher.slurm.time_min": _at_least(1),
+    "launcher.slurm.cpus_per_task": _at_least(1, 4096),
+    "launcher.slurm.mem_gb": _at_least(1),
+    "launcher.slurm.signal_delay_s": _at_least(1),
+    "launcher.slurm.max_requeues": _at_least(0, 1000),
+    "launcher.slurm.max_parallel": _at_least(1, 4096),
+}
+# Keys the plan reads: when one of them is invalid, no plan is made (checks that need it are skipped).
+PLAN_INPUTS = {
+    "topology.nnodes", "topology.gpus_per_node", "topology.cpu_procs", "topology.node_rank", "vllm.gpus", "vllm.nodes",
+    "vllm.tensor_parallel_size", "vllm.mode",
+}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _flat_numbers(node, prefix: str = ""):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _flat_numbers(value, f"{prefix}{key}.")
+        elif _is_number(value):
+            yield f"{prefix}{key}", value
+
+
+def check_required(cfg: DictConfig) -> list[Problem]:
+    return [Problem(key, "is required and has no value", f"set it on the command line: {key}=...") for key in OmegaConf.missing_keys(cfg)]
+
+
+def check_unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Problem]:
+    """Keys added with `+key=value` (or by a YAML file) that the schema does not have."""
+    schema = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(schema):
+        return []
+    fields = {f.name for f in dataclasses.fields(schema)}
+    problems = []
+    for key in cfg.keys():
+        full_key = f"{prefix}{key}"
+        if key not in fields:
+            problems.append(unknown_key(full_key))
+        elif OmegaConf.is_dict(cfg._get_node(key)):
+            problems += check_unknown_keys(cfg[key], f"{full_key}.")
+    return problems
+
+
+def check_choices(cfg: DictConfig) -> list[Problem]:
+    problems = []
+    for key, allowed in CHOICES.items():
+        value = OmegaConf.select(cfg, key)
+        if value is not None and value not in allowed:
+            problems.append(Problem(key, f"'{value}' is not a valid option", f"use one of: {', '.join(map(str, allowed))}"))
+    return problems
+
+
+def check_ranges(cfg: DictConfig) -> list[Problem]:
+    problems = []
+    for key, (ok, wanted) in RANGES.items():
+        value = OmegaConf.select(cfg, key)
+        if not _is_number(value):  # null = unset; other types are the schema's job
+            continue
+        if not math.isfinite(value) or not ok(value):
+            problems.append(Problem(key, f"is {value:.6g}; it must be {wanted}", f"set {key} to a value {wanted}"))
+    bounded = set(RANGES)
+    for key, value in _flat_numbers(OmegaConf.to_container(cfg, resolve=True)):
+        if key not in bounded and not key.startswith("hydra.") and (not math.isfinite(value) or abs(value) > 2**53):
+            problems.append(Problem(key, f"is {value:.6g}; numbers must be finite and at most 2^53", f"set {key} to a realistic value"))
+    return problems
+
+
+def check_mappings(cfg: DictConfig) -> list[Problem]:
+    """GRPOConfig's dict fields are typed Any in the schema (so `key={a: 1}` composes): check here."""
+    problems = []
+    for key in DICT_FIELDS:
+        value = OmegaConf.select(cfg, key)
+        if value is not None and not isinstance(value, DictConfig):
+            problems.append(Problem(key, f"is {value!r}; it takes a mapping", f"write {key}={{name: value, ...}} or null"))
+    return problems
+
+
+def check_trl_rules(cfg: DictConfig) -> list[Problem]:
+    """Combinations GRPOConfig or GRPOTrainer refuse inside every worker (trl 1.16), checked here."""
+    t, v = cfg.trainer, cfg.vllm
+    problems = []
+    if t.sync_ref_model and t.beta == 0:
+        problems.append(Problem(
+            "trainer.sync_ref_model",
+            "is true while trainer.beta is 0: no reference model is loaded, so there is nothing to sync (TRL refuses it)",
+            "set trainer.beta > 0 (e.g. 0.04), or trainer.sync_ref_model=false",
+        ))
+    if t.sync_ref_model and cfg.peft.enabled:
+        problems.append(Problem("trainer.sync_ref_model", "is not supported with LoRA: the reference model is the frozen base (TRL refuses it)",
+                                "set trainer.sync_ref_model=false, or peft=none"))
+    if t.auto_find_batch_size:
+        problems.append(Problem(
+            "trainer.auto_find_batch_size", "would break GRPO's prompt groups when it halves the batch (TRL refuses it)",
+            "set it false; preflight.on_oom=fit shrinks the batch and keeps the groups",
+        ))
+    if t.log_completions_hub_repo is not None and not t.log_completions:
+        problems.append(Problem("trainer.log_completions_hub_repo", "is set while trainer.log_completions is false",
+                                "set trainer.log_completions=true, or null the repo"))
+    if t.eval_strategy != "no" or t.do_eval:
+        problems.append(Problem(
+            "trainer.eval_strategy",
+            f"is '{t.eval_strategy}', but grpo_exp builds no eval dataset yet (GRPOTrainer needs one to evaluate)",
+            "set trainer.eval_strategy=no and trainer.do_eval=false",
+        ))
+    low, high = v.importance_sampling_clip_min, v.importance_sampling_clip_max
+    if low is not None and high is not None and low >= high:
+        problems.append(Problem("vllm.importance_sampling_clip_min", f"{low} is not below vllm.importance_sampling_clip_max {high}",
+                                "make clip_min < clip_max"))
+    if v.mode != "off" and v.importance_sampling_correction and v.importance_sampling_mode.endswith("_truncate") and low is None and high is None:
+        problems.append(Problem(
+            "vllm.importance_sampling_clip_max",
+            f"is null, but vllm.importance_sampling_mode={v.importance_sampling_mode} needs a bound",
+            "set vllm.importance_sampling_clip_max (TRL's default is 3.0)",
+        ))
+    if "dtype" in (t.model_init_kwargs or {}):
+        problems.append(Problem("trainer.model_init_kwargs.dtype", "is set by model.dtype (the planner sizes weights by it)", "use model.dtype=..."))
+    if cfg.peft.enabled and "lm_head" in cfg.peft.target_modules:
+        problems.append(Problem(
+            "peft.target_modules",
+            "includes lm_head: TRL computes log-probs from lm_head.weight directly, so an adapter there would never train (TRL refuses it)",
+            "remove lm_head from peft.target_modules",
+        ))
+    return problems + check_transformers_rules(cfg)
+
+
+def check_transformers_rules(cfg: DictConfig) -> list[Problem]:
+    """TrainingArguments.__post_init__ / _validate_args and the scheduler factory (transformers 5.23):
+    what they refuse inside every worker, refused here first."""
+    t = cfg.trainer
+    problems = []
+    for name, strategy in (("logging_steps", t.logging_strategy), ("eval_steps", t.eval_strategy), ("save_steps", t.save_strategy)):
+        value = t[name]
+        if strategy == "steps" and _is_number(value) and math.isfinite(value) and value > 1 and value != int(value):
+            problems.append(Problem(f"trainer.{name}", f"is {value}: above 1 it counts steps and must be a whole number (below 1: a ratio of the run)",
+                                    f"set trainer.{name}={math.ceil(value)}"))
+    if t.fp16 and t.bf16:
+        problems.append(Problem("trainer.fp16", "and trainer.bf16 are both true; mixed precision is one or the other (transformers refuses both)",
+                                f"set trainer.fp16=false (model.dtype={cfg.model.dtype} turns bf16 on), or trainer.bf16=false"))
+    if t.fp16_full_eval and t.bf16_full_eval:
+        problems.append(Problem("trainer.fp16_full_eval", "and trainer.bf16_full_eval are both true", "keep one of them"))
+    if t.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy") and t.eval_strategy == "no":
+        problems.append(Problem("trainer.lr_scheduler_type", f"'{t.lr_scheduler_type}' steps on an eval metric, and trainer.eval_strategy is no",
+                                "use another scheduler (cosine, linear, ...)"))
+    kwargs = OmegaConf.to_container(t.lr_scheduler_kwargs) if isinstance(t.lr_scheduler_kwargs, DictConfig) else {}
+    accepted = SCHEDULER_KWARGS.get(t.lr_scheduler_type)
+    unknown = sorted(set(kwargs) - set(accepted)) if accepted is not None else []
+    if unknown:
+        problems.append(Problem("trainer.lr_scheduler_kwargs", f"{unknown} are not arguments of the '{t.lr_scheduler_type}' scheduler",
+                                f"use {list(accepted) or 'no arguments'}"))
+    if t.lr_scheduler_type in ("cosine_with_min_lr", "cosine_warmup_with_min_lr") and ("min_lr" in kwargs) == ("min_lr_rate" in kwargs):
+        problems.append(Problem("trainer.lr_scheduler_kwargs", f"the '{t.lr_scheduler_type}' scheduler needs exactly one of min_lr and min_lr_rate",
+                                "set trainer.lr_scheduler_kwargs={min_lr_rate: 0.1}"))
+    for option in str(t.debug or "").split() if isinstance(t.debug, str) else []:
+        if option not in DEBUG_OPTIONS:
+            problems.append(Problem("trainer.debug", f"'{option}' is not a debug option", f"use '' or one of: {', '.join(DEBUG_OPTIONS)}"))
+    if t.dataloader_prefetch_factor is not None and t.dataloader_num_workers == 0:
+        problems.append(Problem("trainer.dataloader_prefetch_factor", "is set while trainer.dataloader_num_workers is 0 (no worker prefetches)",
+                                "set trainer.dataloader_num_workers > 0, or null the prefetch factor"))
+    if t.load_best_model_at_end and t.save_strategy != "best" and t.eval_strategy != t.save_strategy:
+        problems.append(Problem("trainer.load_best_model_at_end", f"needs trainer.save_strategy ('{t.save_strategy}') to match trainer.eval_strategy "
+                                f"('{t.eval_strategy}')", "set both strategies alike, or save_strategy=best"))
+    return problems
+
+
+def active_rewards(data: DictConfig) -> dict:
+    """data.rewards without the entries set to null: `data.rewards.<name>=null` removes a reward an
+    option ships (an imported recipe replaces data=hf's rewards this way)."""
+    return {name: node for name, node in data.rewards.items() if node is not None}
+
+
+def check_rewards(cfg: DictConfig) -> list[Problem]:
+    from hydra.utils import get_method
+
+    problems = []
+    rewards = active_rewards(cfg.data)
+    if not rewards:
+        problems.append(Problem("data.rewards", "no reward function is configured",
+                                "add one, e.g. +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness"))
+    for name, node in rewards.items():
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        try:
+            get_method(target)
+        except Exception:
+            problems.append(Problem(f"data.rewards.{name}._target_", f"'{target}' is not an importable function",
+                                    "name a function such as grpo_exp.training.rewards.correctness"))
+    weights = cfg.trainer.reward_weights
+    if weights is not None and len(weights) != len(rewards):
+        problems.append(Problem(
+            "trainer.reward_weights", f"has {len(weights)} weights for {len(rewards)} reward functions ({', '.join(rewards)})",
+            "give one weight per data.rewards entry, or null",
+        ))
+    return problems
+
+
+# Arguments TRL itself passes to every reward function; any other required one is a dataset column.
+TRL_REWARD_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+
+
+def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
+    """Per reward name, the dataset columns it needs: its required parameters that TRL does not
+    supply and the config does not bind (TRL passes every column as a keyword argument)."""
+    from hydra.utils import get_method
+
+    needed = {}
+    for name, node in active_rewards(cfg.data).items():
+        try:
+            func = get_method(node._target_)
+        except Exception:
+            continue  # check_rewards reports it
+        bound = set(node) - {"_target_"}
+        params = inspect.signature(func).parameters.values()
+        needed[name] = [
+            p.name for p in params if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name not in TRL_REWARD_ARGUMENTS and p.name not in bound
+        ]
+    return needed
+
+
+def check_lora(cfg: DictConfig) -> list[Problem]:
+    """peft.target_modules against the linear layers the model really has (model_info lists them)."""
+    if not cfg.peft.enabled:
+        return []
+    if not cfg.peft.target_modules:
+        return [Problem("peft.target_modules", "is empty: LoRA would train nothing", "list linear layers, e.g. [q_proj, v_proj]")]
+    known = model_info.linear_layer_names(cfg.model)
+    unknown = [m for m in cfg.peft.target_modules if m not in known and m != "lm_head"]
+    if unknown:
+        return [Problem("peft.target_modules", f"{unknown} are not linear layers of {cfg.model.name} ({cfg.model.model_type})",
+                        f"choose from {[m for m in known if m != 'lm_head']}")]
+    return []
+
+
+def check_deepspeed(cfg: DictConfig) -> list[Problem]:
+    """The deepspeed group through DeepSpeed's own config models (pydantic, extra keys forbidden), and
+    its top-level values against the trainer's, as transformers' integration compares them.
+    Imports deepspeed (and torch, ~2 s), so only when the group is used."""
+    if not cfg.deepspeed:
+        return []
+    from grpo_exp.config import deepspeed_check
+
+    ds = OmegaConf.to_container(cfg.deepspeed, resolve=True)
+    return deepspeed_check.problems(ds) + deepspeed_check.against_trainer(ds, cfg.trainer)
+
+
+def check(cfg: DictConfig) -> list[Problem]:
+    """Every stage-1 problem of `cfg`: the config alone, all at once."""
+    problems = check_required(cfg) + check_unknown_keys(cfg)
+    if problems:  # the remaining checks read these values
+        return problems
+    values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg)
+    bad = {p.key for p in values}
+    problems = values + check_trl_rules(cfg) + check_rewards(cfg) + check_deepspeed(cfg)
+    if not any(k.startswith(("peft.", "model.")) for k in bad):
+        problems += check_lora(cfg)
+    return problems

@@ -1,0 +1,172 @@
+"""Names and values from the rest of the GRPO world, and where they live here.
+
+Three tables, one job each:
+
+- `ALIASES`: deprecated names TRL / transformers still accept, and the field each resolves to. A set
+  alias is honoured exactly as transformers resolves it (it applies when the new name is not set);
+  setting both names to different values is refused naming both.
+- `COERCED`: values TRL maps before use (`scale_rewards=false` means `none`), applied the same way.
+- `HOMES`: names a user's recipe carries that are not grpo_exp keys - TRL's script dataclasses
+  (`ModelConfig`, `ScriptArguments`, `GRPOScriptArguments`), GRPOConfig fields of older TRL
+  releases, open-r1's additions - each with the grpo_exp key that does its job, or why there is
+  none. Unknown-key messages and the recipe importer (`config/recipe.py`) both read it.
+
+Pure Python: the driver uses it before anything is imported.
+"""
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_exp import Problem
+
+
+@dataclass(frozen=True)
+class Alias:
+    canonical: str  # the full key the alias resolves to
+    unset: object = None  # the alias's value when the user did not set it
+
+
+ALIASES = {
+    # transformers 5: "`gradient_checkpointing*` are deprecated aliases of `activation_checkpointing*`,
+    # used only when the new name is not set" (TrainingArguments.__post_init__).
+    "trainer.gradient_checkpointing": Alias("trainer.activation_checkpointing"),
+    "trainer.gradient_checkpointing_kwargs": Alias("trainer.activation_checkpointing_kwargs"),
+    # trl 1.16 GRPOConfig.__post_init__: the old names set the new ones.
+    "trainer.use_transformers_paged": Alias("trainer.use_transformers_continuous_batching", unset=False),
+    "vllm.importance_sampling_cap": Alias("vllm.importance_sampling_clip_max"),
+}
+
+# key -> {value as the schema holds it: the value TRL turns it into}. A str field holds a YAML
+# boolean as "True"/"False"; an untyped (Any) field keeps the bool.
+COERCED = {
+    "trainer.scale_rewards": {"True": "group", "False": "none", "true": "group", "false": "none"},  # trl GRPOConfig
+    "trainer.include_num_input_tokens_seen": {True: "all", False: "no"},  # transformers TrainingArguments
+}
+
+
+def resolve(cfg: DictConfig, explicit: set[str]) -> list[Problem]:
+    """Apply ALIASES and COERCED to the composed `cfg` in place, as TRL / transformers would.
+    `explicit`: the keys the user set (command line, experiment file); a canonical key set there
+    to another value than its alias is a conflict, one at its default is replaced by the alias."""
+    problems = []
+    for key, choices in COERCED.items():
+        value = OmegaConf.select(cfg, key)
+        if isinstance(value, (str, bool)) and value in choices:
+            OmegaConf.update(cfg, key, choices[value])
+    for alias, target in ALIASES.items():
+        value = OmegaConf.select(cfg, alias)
+        if value is None or value == target.unset:
+            continue
+        current = OmegaConf.select(cfg, target.canonical)
+        if isinstance(current, DictConfig):
+            current = OmegaConf.to_container(current)
+        plain = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
+        if target.canonical in explicit and current != plain:
+            problems.append(Problem(
+                alias, f"is {plain!r} while {target.canonical} is {current!r}; it is a deprecated alias of "
+                f"{target.canonical}, so the two say different things", f"set only {target.canonical}",
+            ))
+            continue
+        OmegaConf.update(cfg, target.canonical, value, merge=False)
+        OmegaConf.update(cfg, alias, target.unset, merge=False)
+    return problems
+
+
+@dataclass(frozen=True)
+class Home:
+    key: str | None  # the grpo_exp key that does the job; None: there is none
+    note: str  # how it maps, or why there is no home
+
+
+def _home(key: str | None, note: str = "") -> Home:
+    return Home(key, note)
+
+
+# Bare names, as they appear in a TRL / open-r1 recipe YAML (or `trainer.<name>` on our command line).
+HOMES = {
+    # trl ModelConfig
+    "model_name_or_path": _home("model.name_or_path", "with model=auto: the numbers come from its config.json"),
+    "model_revision": _home("trainer.model_init_kwargs.revision"),
+    "dtype": _home("model.dtype"),
+    "torch_dtype": _home("model.dtype", "transformers' old name of dtype"),
+    "attn_implementation": _home("trainer.model_init_kwargs.attn_implementation"),
+    "trust_remote_code": _home("trainer.trust_remote_code"),
+    "use_peft": _home("peft", "peft=lora (true) or peft=none (false)"),
+    "lora_r": _home("peft.r"),
+    "lora_alpha": _home("peft.lora_alpha"),
+    "lora_dropout": _home("peft.lora_dropout"),
+    "lora_target_modules": _home("peft.target_modules"),
+    "lora_target_parameters": _home(None, "LoRA on parameters (MoE experts) is not planned by grpo_exp"),
+    "lora_modules_to_save": _home(None, "fully trained extra modules are not planned by grpo_exp (their gradients and Adam states)"),
+    "lora_task_type": _home(None, "grpo_exp trains causal LMs: always CAUSAL_LM"),
+    "use_rslora": _home(None, "rsLoRA is not exposed by grpo_exp's peft group"),
+    "use_dora": _home(None, "DoRA is not exposed by grpo_exp's peft group (and not planned)"),
+    "load_in_4bit": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
+    "load_in_8bit": _home(None, "8-bit loading is not supported by grpo_exp yet"),
+    "bnb_4bit_quant_type": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
+    "use_bnb_nested_quant": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
+    "bnb_4bit_quant_storage": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
+    # trl ScriptArguments / GRPOScriptArguments
+    "dataset_name": _home("data.path", "a local file or directory (data=hf), or a hub dataset id"),
+    "dataset_config": _home("data.subset"),
+    "dataset_train_split": _home("data.split"),
+    "dataset_test_split": _home(None, "grpo_exp builds no eval dataset yet"),
+    "dataset_streaming": _home(None, "grpo_exp reads datasets whole (the driver counts their rows before launch)"),
+    "ignore_bias_buffers": _home(None, "a DDP workaround for models with boolean buffers; grpo_exp trains causal LMs without it"),
+    "reward_funcs": _home("data.rewards", "one entry per function: data.rewards.<name>._target_=<dotted path>"),
+    "reward_model_name_or_path": _home(None, "reward models are not supported by grpo_exp: reward functions only"),
+    # open-r1's GRPOScriptArguments and GRPOConfig additions
+    "dataset_prompt_column": _home("data.prompt_column"),
+    "system_prompt": _home("data.system_prompt"),
+    "chat_template": _home(None, "grpo_exp uses the tokenizer's own chat template"),
+    "benchmarks": _home(None, "open-r1's post-training benchmarks are outside grpo_exp"),
+    "callbacks": _home(None, "open-r1's callbacks (hub pushes) are outside grpo_exp"),
+    "hub_model_revision": _home("trainer.hub_revision"),
+    "overwrite_hub_revision": _home(None, "open-r1's hub branch handling is outside grpo_exp"),
+    "push_to_hub_revision": _home(None, "open-r1's hub branch handling is outside grpo_exp"),
+    "wandb_entity": _home("logger.entity"),
+    "wandb_project": _home("logger.project"),
+    "wandb_run_group": _home("logger.group"),
+    "wandb_log_unique_prompts": _home("trainer.log_unique_prompts"),
+    "cosine_min_value_wrong": _home(None, "open-r1's cosine reward is not in grpo_exp"),
+    "cosine_max_value_wrong": _home(None, "open-r1's cosine reward is not in grpo_exp"),
+    "cosine_min_value_correct": _home(None, "open-r1's cosine reward is not in grpo_exp"),
+    "cosine_max_value_correct": _home(None, "open-r1's cosine reward is not in grpo_exp"),
+    "cosine_max_len": _home(None, "open-r1's cosine reward is not in grpo_exp"),
+    "repetition_n_grams": _home(None, "open-r1's repetition reward is not in grpo_exp"),
+    "repetition_max_penalty": _home(None, "open-r1's repetition reward is not in grpo_exp"),
+    "code_language": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    "code_eval_test_batch_size": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    "parallel_code_exec_per_proc": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    "e2b_router_url": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    "morph_router_url": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    "code_provider": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    "ioi_provider": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    # GRPOConfig fields of older TRL releases
+    "max_prompt_length": _home("data.max_prompt_length", "prompts longer than this are dropped before training"),
+    "use_vllm": _home("vllm", "vllm=colocate or vllm=server (true), vllm=off (false)"),
+    "vllm_mode": _home("vllm", "vllm=colocate or vllm=server"),
+    "vllm_device": _home("vllm.gpus", "grpo_exp places the server itself: vllm.gpus GPUs of node 0 (or vllm.nodes=1)"),
+    "vllm_gpu_memory_utilization": _home("vllm.gpu_memory_utilization"),
+    "vllm_dtype": _home("model.dtype", "vLLM serves the model in model.dtype"),
+    "vllm_max_model_len": _home("vllm.max_model_length"),
+    "vllm_enable_prefix_caching": _home(None, "TRL 1.x's vLLM engine always enables prefix caching"),
+    "vllm_guided_decoding_regex": _home("vllm.structured_outputs_regex"),
+    "vllm_server_base_url": _home("vllm.server_host", "with vllm.server_port"),
+    "warmup_ratio": _home("trainer.warmup_steps", "transformers 5: a warmup_steps below 1 is a ratio of the training steps"),
+    "use_liger_loss": _home("trainer.use_liger_kernel"),
+    "ds3_gather_for_generation": _home("trainer.ds3_gather_for_generation"),
+    "logging_dir": _home(None, "grpo_exp logs to the run dir (metrics.jsonl) and W&B; no TensorBoard dir"),
+    "overwrite_output_dir": _home(None, "a grpo_exp run dir belongs to one run; resume=<run dir> continues one"),
+    "evaluation_strategy": _home("trainer.eval_strategy", "transformers' old name"),
+}
+
+
+def home(key: str) -> Home | None:
+    """Where `key` (`trainer.max_prompt_length`, `vllm.device`, `use_vllm`) lives here, if the
+    tables know its name; None for a name they do not know."""
+    parent, _, name = key.rpartition(".")
+    if parent == "vllm" and f"vllm_{name}" in HOMES:
+        return HOMES[f"vllm_{name}"]
+    return HOMES.get(name) if parent in ("", "trainer", "model", "data") else None

@@ -1,0 +1,86 @@
+"""Command-line overrides, read with Hydra's own parser.
+
+Hydra stops composing at the first unknown key, so a recipe carried over with eight renamed keys
+would be fixed one run at a time. `split_unknown` reads every override first: keys the schema does
+not have are reported together (each with its home, config/keys.py) and left out of the
+composition, so the rest of the config is still checked in the same report.
+"""
+
+import dataclasses
+import typing
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+
+from grpo_exp import Problem
+from grpo_exp.config.errors import unknown_key
+from grpo_exp.config.schema import Config
+
+# Config groups selected with group=option (conf/ directories, and the `sweep` presets).
+GROUPS = ("model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher", "experiment", "sweep")
+
+
+def _parse_one(item: str) -> Override | None:
+    try:
+        return OverridesParser.create().parse_override(item)
+    except HydraException:
+        return None  # composing reports it
+
+
+def parse(items: list[str]) -> list[Override]:
+    """The overrides Hydra parses (one that does not parse is left to composing, which reports it)."""
+    return [o for o in map(_parse_one, items) if o is not None]
+
+
+def values(items: list[str]) -> dict[str, str]:
+    """Overrides as {key or group: value text}, without Hydra's own (hydra.*) and deletions."""
+    return {o.key_or_group: o.get_value_element_as_str() for o in parse(items) if not o.key_or_group.startswith("hydra") and not o.is_delete()}
+
+
+def command_line(argv: list[str]) -> list[str]:
+    """The overrides of a `python -m grpo_exp` command line (Hydra's own argument parser: flags such
+    as --cfg job, -m or --config-dir are not overrides)."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_known_args(argv)[0].overrides
+
+
+def _is_key(override: Override) -> bool:
+    key = override.key_or_group
+    return not (key.startswith("hydra") or "/" in key or key in GROUPS or override.package)
+
+
+def _allows(path: list[str], kind=Config) -> bool:
+    """Whether the schema has the key `path` (a dict or untyped field accepts anything below it)."""
+    if not path:
+        return True
+    if not dataclasses.is_dataclass(kind):
+        return True  # Dict[str, Any] / Any: open
+    hints = typing.get_type_hints(kind)
+    if path[0] not in hints:
+        return False
+    child = hints[path[0]]
+    if typing.get_origin(child) is typing.Union:  # Optional[X]
+        child = next(a for a in typing.get_args(child) if a is not type(None))
+    if typing.get_origin(child) in (list, dict) or child is typing.Any:
+        return True
+    return _allows(path[1:], child) if dataclasses.is_dataclass(child) else len(path) == 1
+
+
+def unknown(items: list[str]) -> dict[str, Problem]:
+    """{override: its Problem} for each override naming a key the schema lacks, no key, or a group
+    given no option name."""
+    found = {}
+    for item in items:
+        override = _parse_one(item)
+        if override is None:
+            continue
+        key = override.key_or_group
+        if not key:
+            found[item] = Problem(item, "names no key", "write key=value, group=option or +key=value")
+        elif key in GROUPS and not override.is_delete() and not isinstance(override.value(), (str, list)):
+            found[item] = Problem(key, f"needs an option name, not {override.value()!r}", f"write {key}=<option>; `python -m grpo_exp --help` lists them")
+        elif _is_key(override) and not key.startswith("deepspeed.") and not _allows(key.split(".")):
+            found[item] = unknown_key(key)
+    return found

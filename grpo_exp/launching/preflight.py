@@ -1,0 +1,48 @@
+"""Stage 3 of the checks, the launch preflight: what this machine can run. `action=run` starts this
+node's share here, so its GPUs, the ports it will open, the model directory and the data files it
+will read are checked before anything starts; `action=plan` skips this stage (a plan can be made on
+any machine, away from the data).
+"""
+
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from grpo_exp import Problem, is_local_path
+from grpo_exp.config.checks import reward_columns
+from grpo_exp.launching import data_files, ports
+from grpo_exp.planning.checks import generation_batch_size
+
+
+def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
+    """What this machine can run: action=run starts this node's share here."""
+    problems = []
+    wanted = cfg.topology.gpus_per_node
+    if wanted is not None and wanted > gpus:
+        problems.append(Problem("topology.gpus_per_node", f"asks for {wanted} GPUs; this machine has {gpus}", "use topology=local (adapts to this machine), or action=plan to only plan"))
+    if cfg.vllm.mode != "off" and gpus == 0 and cfg.vllm.standin is None:
+        problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here, or action=plan to only plan"))
+    if cfg.vllm.nodes and cfg.launcher.name == "local" and cfg.vllm.server_host is None:
+        problems.append(
+            Problem(
+                "vllm.server_host",
+                f"is required with vllm.nodes=1 and launcher=local: the trainers reach the serving node (node {cfg.topology.nnodes - 1}) there, and it listens there",
+                "set vllm.server_host=<the serving node's address> on every node (launcher=slurm fills it in from the job's hosts)",
+            )
+        )
+    return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
+
+
+def check_model_path(cfg: DictConfig) -> list[Problem]:
+    model = cfg.model.name_or_path
+    if model and is_local_path(model) and not (Path(model).expanduser() / "config.json").is_file():
+        return [Problem("model.name_or_path", f"{model} is not a saved HF model directory (no config.json)", "point it at a directory written by save_pretrained, or use a hub id")]
+    return []
+
+
+def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Problem]:
+    """Every stage-3 problem of running `plan` on this machine (`gpus` GPUs). `batch_known`: the batch
+    keys passed their checks, so the prompts one generation batch takes can be counted."""
+    per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
+    return (check_machine(cfg, plan, gpus) + check_model_path(cfg)
+            + data_files.preflight(cfg.data, reward_columns(cfg), per_batch))
