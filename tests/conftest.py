@@ -29,6 +29,26 @@ def compose_cfg(*overrides: str, hydra_config: bool = False) -> DictConfig:
     return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
 
 
+def driver_report(*items: str, gpus: int = 0):
+    """What the driver reports for these command-line overrides, in-process, and the checked config
+    (None when it did not compose): the pre-scan of unknown keys, composing, then the staged checks."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from grpo_exp.__main__ import check, deepspeed_override
+    from grpo_exp.config import errors, overrides
+
+    items = [deepspeed_override(i) for i in items]
+    unknown = overrides.unknown(items)
+    found = [str(p) for p in unknown.values()]
+    try:
+        cfg = compose_cfg(*[i for i in items if i not in unknown])
+    except (HydraException, OmegaConfBaseException, ValueError, OverflowError) as exc:
+        return "\n".join([*found, errors.explain(exc)]), None
+    _, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=gpus, explicit=set(overrides.values(items)))
+    return "\n".join(found + [str(p) for p in problems]), cfg
+
+
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
     """One tiny-model cache for the session (GRPO_EXP_CACHE), unless the caller set one."""

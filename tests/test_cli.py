@@ -6,12 +6,8 @@ a few go through the real CLI for the exit-code contract."""
 from pathlib import Path
 
 import pytest
-from hydra.errors import HydraException
-from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp.__main__ import check, deepspeed_override
-from grpo_exp.config import errors
-from tests.conftest import compose_cfg
+from tests.conftest import driver_report as conftest_report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -40,17 +36,15 @@ BAD_INPUTS = {
     "vllm on CPU": (["vllm=colocate"], "vllm.mode: 'colocate' needs a CUDA GPU", "vllm=off"),
     "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "action=plan"),
     "bad launcher": (["launcher.name=k8s"], "launcher.name: 'k8s' is not a valid option", "slurm"),
+    "several unknown keys, each with its home": (["trainer.max_prompt_length=512", "trainer.torch_dtype=bfloat16", "trainer.temperature=0"],
+                                                 "trainer.max_prompt_length: is not a grpo_exp key", "use model.dtype"),
+    "a group given no option": (["model=null"], "model: needs an option name", "model=<option>"),
 }
 
 
 def driver_report(*overrides: str) -> str:
-    """What the driver prints for these overrides (compose errors or check()'s problems)."""
-    try:
-        cfg = compose_cfg(*map(deepspeed_override, overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
-        return errors.explain(exc)
-    _, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=0)
-    return "\n".join(map(str, problems))
+    """What the driver prints for these overrides (unknown keys, compose errors, check()'s problems)."""
+    return conftest_report(*overrides)[0]
 
 
 @pytest.mark.parametrize("overrides,message,fix", BAD_INPUTS.values(), ids=list(BAD_INPUTS))
@@ -59,7 +53,7 @@ def test_bad_input_names_key_and_fix(overrides, message, fix):
     assert message in report and fix in report, report
 
 
-CONTRACT = ["unknown key", "out of range", "prompt column missing", "override syntax"]  # compose, value, data, parser
+CONTRACT = ["unknown key", "out of range", "prompt column missing", "override syntax", "several unknown keys, each with its home"]
 
 
 @pytest.mark.parametrize("case", CONTRACT)

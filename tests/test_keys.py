@@ -6,32 +6,18 @@ before it. In-process through the driver's own steps (tests/test_cli.py has the 
 import dataclasses
 import math
 import random
-from pathlib import Path
 
 import pytest
-from hydra.errors import HydraException
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp.__main__ import check, deepspeed_override
-from grpo_exp.config import errors, keys, overrides
+from grpo_exp.config import keys
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields
 from grpo_exp.training import build
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, driver_report
 
 
-def report(*items: str, explicit: bool = True) -> tuple[str, object]:
-    """What the driver reports for these command-line overrides, and the checked config (None when it
-    did not compose): the pre-scan of unknown keys, composing, then the staged checks."""
-    items = [deepspeed_override(i) for i in items]
-    unknown = overrides.unknown(items)
-    found = [str(p) for p in unknown.values()]
-    try:
-        cfg = compose_cfg(*[i for i in items if i not in unknown])
-    except (HydraException, OmegaConfBaseException, ValueError, OverflowError) as exc:
-        return "\n".join([*found, errors.explain(exc)]), None
-    _, problems = check(cfg, Path("/nonexistent"), gpus=0, explicit=set(overrides.values(items)) if explicit else set())
-    return "\n".join(found + [str(p) for p in problems]), cfg
+def report(*items: str):
+    return driver_report(*items)
 
 
 # --- aliases and coerced values ------------------------------------------------------------------
