@@ -30,6 +30,11 @@ class Problem:
         return f"{self.key}: {self.why}\n    fix: {self.fix}"
 
 
+def cache_root() -> Path:
+    """Where grpo_exp keeps what it builds once: the tiny model, meta-device model facts."""
+    return Path(os.environ.get("GRPO_EXP_CACHE", Path.home() / ".cache" / "grpo_exp"))
+
+
 def is_local_path(name_or_path: str) -> bool:
     """A model or dataset named by a path (one that exists, or one written as a path) rather than a
     hub id. A path that does not exist is then an error to report, not a hub lookup."""

@@ -7,12 +7,13 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_exp.config import model_info, schema_gen, trl_schema
+from grpo_exp.config.checks import active_rewards
 from grpo_exp.config.keys import ALIASES
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConfig
 from grpo_exp.training import build
 from tests.conftest import CONF, compose_cfg, group_options
 
-GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher"]
+GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher", "experiment"]
 CASES = [(g, o) for g in GROUPS for o in group_options(g)]
 # Model options differ only in architecture numbers (test_model_numbers_match_transformers_parameter_count
 # checks each): the fast lane builds three, `make test` all.
@@ -22,7 +23,7 @@ MATRIX = [pytest.param(g, o, id=f"{g}={o}", marks=[pytest.mark.slow] if g == "mo
 
 def test_every_group_has_options():
     assert {g: len(group_options(g)) for g in GROUPS} == {
-        "model": 15, "data": 4, "trainer": 1, "vllm": 3, "deepspeed": 6, "peft": 2, "topology": 8, "logger": 2, "launcher": 2,
+        "model": 15, "data": 4, "trainer": 1, "vllm": 3, "deepspeed": 6, "peft": 3, "topology": 8, "logger": 2, "launcher": 2, "experiment": 1,
     }
 
 
@@ -36,7 +37,7 @@ def test_option_composes_and_builds(group, option, tmp_path, request):
     assert not OmegaConf.missing_keys(cfg)
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     assert args.num_generations == cfg.trainer.num_generations
-    assert args.model_init_kwargs == {"dtype": cfg.model.dtype}
+    assert args.model_init_kwargs == {**(OmegaConf.to_container(cfg.trainer.model_init_kwargs) or {}), "dtype": cfg.model.dtype}
     assert args.use_vllm == (cfg.vllm.mode != "off")
     if cfg.vllm.mode != "off":
         assert args.vllm_mode == cfg.vllm.mode
@@ -49,7 +50,7 @@ def test_option_composes_and_builds(group, option, tmp_path, request):
     assert (lora is not None) == cfg.peft.enabled
     if lora is not None:
         assert lora.r == cfg.peft.r and set(lora.target_modules) == set(cfg.peft.target_modules)
-    assert [f.__name__ for f in build.reward_funcs(cfg)] == list(cfg.data.rewards)
+    assert [f.__name__ for f in build.reward_funcs(cfg)] == [n._target_.rsplit(".", 1)[-1] for n in active_rewards(cfg.data).values()]
 
 
 def _grpo_fields():

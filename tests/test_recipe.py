@@ -154,6 +154,19 @@ def test_a_deepspeed_json_becomes_the_deepspeed_group(importer):
     assert memory["train"]["components_gib"]["deepspeed_buffers"] == pytest.approx(2 * 5e8 * 2 / 2**30)  # overlap: two buckets
 
 
+def test_the_shipped_experiment_is_its_recipe_imported(tmp_path):
+    """conf/experiment/open_r1_demo.yaml is examples/recipes/open_r1_demo.yaml + zero2.yaml imported: they never drift."""
+    import os
+
+    repo = CONF.parent
+    os.chdir(repo)  # the header names the sources as given, relative to the repository
+    out = tmp_path / "open_r1_demo.yaml"
+    assert recipe.main(["examples/recipes/open_r1_demo.yaml", "--accelerate", "examples/recipes/zero2.yaml", "--out", str(out)]) == 0
+    assert out.read_text() == (CONF / "experiment" / "open_r1_demo.yaml").read_text()
+    cfg, memory = planned("open_r1_demo")
+    assert cfg.model.name == "qwen7b" and cfg.deepspeed.zero_optimization.stage == 2 and memory["fits"]
+
+
 def test_a_recipe_that_cannot_be_read_is_refused(tmp_path, capsys):
     (tmp_path / "bad.yaml").write_text("- just\n- a list\n")
     assert recipe.main([str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "x.yaml")]) == 2

@@ -242,12 +242,17 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
     if t.log_completions_hub_repo is not None and not t.log_completions:
         problems.append(Problem("trainer.log_completions_hub_repo", "is set while trainer.log_completions is false",
                                 "set trainer.log_completions=true, or null the repo"))
-    if t.eval_strategy != "no" or t.do_eval:
+    held_out = cfg.data.eval_path is not None or cfg.data.eval_split is not None
+    if (t.eval_strategy != "no" or t.do_eval) and not held_out:
         problems.append(Problem(
             "trainer.eval_strategy",
-            f"is '{t.eval_strategy}', but grpo_exp builds no eval dataset yet (GRPOTrainer needs one to evaluate)",
-            "set trainer.eval_strategy=no and trainer.do_eval=false",
+            f"is '{t.eval_strategy}', but there are no held-out prompts to evaluate on (GRPOTrainer needs an eval dataset)",
+            "set data.eval_path=<file or directory> or data.eval_split=<split of data.path>, or trainer.eval_strategy=no",
         ))
+    if cfg.data.eval_split is not None and cfg.data.eval_path is None and cfg.data.loader == "toy_math":
+        problems.append(Problem("data.eval_split", "toy_math generates its prompts and has no splits", "use data.eval_path=<file> for held-out prompts"))
+    if t.eval_strategy == "steps" and t.eval_steps is None and t.logging_steps is None:
+        problems.append(Problem("trainer.eval_steps", "is null with eval_strategy=steps", "set trainer.eval_steps"))
     low, high = v.importance_sampling_clip_min, v.importance_sampling_clip_max
     if low is not None and high is not None and low >= high:
         problems.append(Problem("vllm.importance_sampling_clip_min", f"{low} is not below vllm.importance_sampling_clip_max {high}",
@@ -260,6 +265,16 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
         ))
     if "dtype" in (t.model_init_kwargs or {}):
         problems.append(Problem("trainer.model_init_kwargs.dtype", "is set by model.dtype (the planner sizes weights by it)", "use model.dtype=..."))
+    q = cfg.model.get("quantization")
+    if q is not None and not cfg.peft.enabled:
+        problems.append(Problem("model.quantization", f"holds the base weights in {q.bits} bits, which cannot train: only adapters can",
+                                "use peft=qlora (or peft=lora with a quantized checkpoint)"))
+    if q is not None and not q.prequantized and (q.method, q.bits, q.quant_type) not in {("bitsandbytes", 8, q.quant_type),
+                                                                                         ("bitsandbytes", 4, "nf4"), ("bitsandbytes", 4, "fp4")}:
+        problems.append(Problem("model.quantization", f"{q.method} {q.bits}-bit {q.quant_type} is not a load-time quantization grpo_exp "
+                                "builds (bitsandbytes 4-bit nf4/fp4 or 8-bit)", "set model.quantization.bits=4 and quant_type=nf4"))
+    if q is not None and q.compute_dtype not in DTYPES:
+        problems.append(Problem("model.quantization.compute_dtype", f"'{q.compute_dtype}' is not a valid option", f"use one of: {', '.join(DTYPES)}"))
     if cfg.peft.enabled and "lm_head" in cfg.peft.target_modules:
         problems.append(Problem(
             "peft.target_modules",

@@ -111,7 +111,7 @@ HOMES = {
     "dataset_name": _home("data.path", "a local file or directory (data=hf), or a hub dataset id"),
     "dataset_config": _home("data.subset"),
     "dataset_train_split": _home("data.split"),
-    "dataset_test_split": _home(None, "grpo_exp builds no eval dataset yet"),
+    "dataset_test_split": _home("data.eval_split", "held-out prompts for trainer.eval_strategy"),
     "dataset_streaming": _home(None, "grpo_exp reads datasets whole (the driver counts their rows before launch)"),
     "ignore_bias_buffers": _home(None, "a DDP workaround for models with boolean buffers; grpo_exp trains causal LMs without it"),
     "reward_funcs": _home("data.rewards", "one entry per function: data.rewards.<name>._target_=<dotted path>"),

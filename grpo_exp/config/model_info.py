@@ -85,8 +85,9 @@ def read_architecture(config_json: Path) -> dict:
     if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in architectures):
         raise ModelInfoError(f"architectures {architectures} has no causal LM head (…ForCausalLM)")
     text = config.get("text_config") or config
-    if text is not config:
-        notes.append("multimodal model: only its language model is planned (the vision tower is not)")
+    if config.get("vision_config") is not None:
+        notes.append("vision-language model: its vision tower is counted in the weights (and, trained in full, in gradients and "
+                     "optimizer states); image tokens' share of the sequence and the tower's activations are not modelled")
     numbers = {key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()}
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if numbers[k] is None]
     if missing:
@@ -97,7 +98,8 @@ def read_architecture(config_json: Path) -> dict:
     if numbers["max_position_embeddings"] is None:
         numbers["max_position_embeddings"] = 2048
         notes.append("config.json has no max_position_embeddings: 2048 assumed for vLLM's context")
-    weights = _safetensors_shapes(Path(config_json).parent)
+    quantization = _quantization(config.get("quantization_config"))
+    weights = {} if quantization else _safetensors_shapes(Path(config_json).parent)  # quantized tensors are packed: counted on meta
     tied = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
     if weights:
         tied = not any(name.endswith("lm_head.weight") for name in weights)
@@ -106,15 +108,36 @@ def read_architecture(config_json: Path) -> dict:
         notes.append("mixture of experts: weights count every expert, activations and logits are planned as for one dense FFN (routing is not modelled)")
     if text.get("sliding_window") and text.get("use_sliding_window", True) or "sliding_attention" in (text.get("layer_types") or []):
         notes.append("sliding-window attention: planned as full attention (KV cache and attention over the whole sequence)")
+    facts = meta_facts(Path(config_json).parent) if not weights else None
     if weights:
         num_parameters = sum(_numel(shape) for shape in weights.values())
+    elif facts is not None:
+        num_parameters = facts["num_parameters"]
     else:
         experts = next((text[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if text.get(k)), 1)
         num_parameters = _estimate_parameters(numbers, experts, text.get("moe_intermediate_size"))
         notes.append("parameter count estimated from config.json (no safetensors weights at hand)")
     dtype = config.get("dtype") or config.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype") or "bfloat16"
+    if quantization:
+        notes.append(f"pre-quantized checkpoint ({quantization['method']}, {quantization['bits']}-bit): planned at its precision")
     return {"model_type": config.get("model_type") or text.get("model_type"), "dtype": dtype, **numbers,
-            "num_parameters": int(num_parameters), "planner_notes": notes}
+            "num_parameters": int(num_parameters), "vision_parameters": (facts or {}).get("vision_parameters", 0),
+            "quantization": quantization, "planner_notes": notes}
+
+
+def _quantization(config: dict | None) -> dict | None:
+    """model.quantization for a checkpoint's quantization_config (None when it has none)."""
+    if not config:
+        return None
+    method = config.get("quant_method", "bitsandbytes")
+    if method == "bitsandbytes":
+        bits = 4 if config.get("load_in_4bit") else 8
+        compute = config.get("bnb_4bit_compute_dtype") or "auto"
+        return {"method": method, "bits": bits, "quant_type": config.get("bnb_4bit_quant_type") or "nf4",
+                "double_quant": bool(config.get("bnb_4bit_use_double_quant")), "compute_dtype": str(compute).removeprefix("torch."),
+                "prequantized": True}
+    bits = int(config.get("bits") or config.get("w_bit") or (8 if "fp8" in method else 4))
+    return {"method": method, "bits": bits, "quant_type": "nf4", "double_quant": False, "compute_dtype": "auto", "prequantized": True}
 
 
 def _numel(shape) -> int:
@@ -151,6 +174,8 @@ def complete(model: DictConfig) -> list[Problem]:
     unset = [k for k in (*ARCH_KEYS, "model_type", "num_parameters") if OmegaConf.is_missing(model, k)]
     if not unset and model.dtype != "auto":
         return []
+    if model.name_or_path is not None:
+        unset += ["vision_parameters"]
     if model.name_or_path is None:
         return [Problem("model.name_or_path", "is null, so there is no config.json to read the architecture from", "set model.name_or_path=<local dir or hub id>")]
     try:
@@ -162,32 +187,67 @@ def complete(model: DictConfig) -> list[Problem]:
             model[key] = arch[key]
         if model.dtype == "auto":  # the checkpoint's own dtype, concrete so the planner can size weights
             model.dtype = arch["dtype"]
+        if arch["quantization"] is not None and model.get("quantization") is None:  # stored quantized: planned so
+            from grpo_exp.config.schema import QuantizationConfig
+
+            model.quantization = QuantizationConfig(**arch["quantization"])
         model.planner_notes = list(model.get("planner_notes") or []) + arch["planner_notes"]
     return []
 
 
-def linear_layer_names(model: DictConfig) -> list[str]:
-    """Names of the nn.Linear modules of this architecture (what peft's target_modules match),
-    from the model built on the meta device: no weights, any architecture transformers knows.
-    Cached per architecture under $GRPO_EXP_CACHE, since building imports torch (~4 s)."""
-    from grpo_exp.training.tiny import cache_root
+def meta_facts(source, model: DictConfig | None = None) -> dict | None:
+    """{num_parameters, vision_parameters, linear_layers} of the model built on the meta device (no
+    weights) with the class TRL would load: config.json's architectures[0] from transformers (a
+    vision-language model's own class), else AutoModelForCausalLM. `source` is a model directory, or
+    None with `model` (a shipped option's numbers). Cached per architecture under $GRPO_EXP_CACHE,
+    since building imports torch (~4 s). None when transformers cannot build it."""
+    from grpo_exp import cache_root
 
-    arch = {k: model[k] for k in ARCH_KEYS}
-    source = model.name_or_path if model.name_or_path and Path(model.name_or_path).expanduser().is_dir() else None
-    key = hashlib.sha256(json.dumps([model.model_type, arch, source], sort_keys=True).encode()).hexdigest()[:16]
-    cache = cache_root() / "linear_layers" / f"{key}.json"
+    arch = {k: model[k] for k in ARCH_KEYS} if model is not None else {}
+    text = Path(source, "config.json").read_text() if source else json.dumps([model.model_type, arch], sort_keys=True)
+    key = hashlib.sha256(f"{FACTS_VERSION}{text}".encode()).hexdigest()[:16]
+    cache = cache_root() / "model_facts" / f"{key}.json"
     if cache.is_file():
         return json.loads(cache.read_text())
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(source) if source else AutoConfig.for_model(model.model_type, **arch)
-    with torch.device("meta"):
-        built = AutoModelForCausalLM.from_config(config)
-    names = sorted({name.rsplit(".", 1)[-1] for name, module in built.named_modules() if isinstance(module, torch.nn.Linear)})
+    try:
+        facts = _build_on_meta(source, model, arch)
+    except Exception:  # an architecture this transformers does not know: the caller estimates
+        return None
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(names))
-    return names
+    cache.write_text(json.dumps(facts))
+    return facts
+
+
+FACTS_VERSION = 2  # bump when meta_facts' contents change
+VISION_MODULES = ("visual", "vision_tower", "vision_model", "vision_encoder")
+
+
+def _build_on_meta(source, model, arch: dict) -> dict:
+    import warnings
+
+    import torch
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(source) if source else transformers.AutoConfig.for_model(model.model_type, **arch)
+    config.quantization_config = None  # count the logical weights, not a quantizer's packed storage
+    names = getattr(config, "architectures", None) or []
+    cls = getattr(transformers, names[0], None) if names else None
+    cls = cls if cls is not None and hasattr(cls, "_from_config") else transformers.AutoModelForCausalLM
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        built = cls._from_config(config) if cls is not transformers.AutoModelForCausalLM else cls.from_config(config)
+    params = dict(built.named_parameters())
+    vision = sum(p.numel() for name, p in params.items() if set(name.split(".")) & set(VISION_MODULES))
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in built.named_modules() if isinstance(module, torch.nn.Linear)})
+    return {"num_parameters": sum(p.numel() for p in params.values()), "vision_parameters": vision, "linear_layers": linear}
+
+
+def linear_layer_names(model: DictConfig) -> list[str]:
+    """Names of the nn.Linear modules of this model (what peft's target_modules match), from the class
+    TRL would load built on the meta device (meta_facts)."""
+    source = model.name_or_path if model.name_or_path and Path(model.name_or_path).expanduser().is_dir() else None
+    facts = meta_facts(source, None if source else model)
+    return facts["linear_layers"] if facts else []
 
 
 def model_yaml(name: str, name_or_path: str, arch: dict) -> str:

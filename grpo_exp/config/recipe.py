@@ -47,6 +47,7 @@ LAUNCHER_ONLY = {
     "compute_environment", "debug", "downcast_bf16", "dynamo_config", "enable_cpu_affinity", "main_training_function",
     "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu", "gpu_ids",
     "deepspeed_multinode_launcher", "zero3_init_flag",
+    "machine_rank",  # per node: grpo_exp reads topology.node_rank (NODE_RANK) on each node, not from the recipe
 }
 
 
@@ -167,7 +168,7 @@ def _accelerate(exp: Experiment, acc: dict) -> None:
     exp.groups.setdefault("topology", f"{machines}x{processes // machines}" if (CONF / "topology" / f"{machines}x{processes // machines}.yaml").exists() else "1x8")
     exp.set("topology.nnodes", machines, "accelerate num_machines")
     exp.set("topology.gpus_per_node", processes // machines, f"accelerate num_processes ({processes}) / num_machines")
-    for name, key in (("machine_rank", "topology.node_rank"), ("main_process_ip", "topology.master_addr"), ("main_process_port", "topology.master_port")):
+    for name, key in (("main_process_ip", "topology.master_addr"), ("main_process_port", "topology.master_port")):
         if acc.get(name) is not None:
             exp.set(key, acc[name], f"accelerate {name}")
     precision = acc.get("mixed_precision")
@@ -184,7 +185,7 @@ def _accelerate(exp: Experiment, acc: dict) -> None:
         exp.lack("accelerate distributed_type", "FSDP: grpo_exp shards with DeepSpeed ZeRO (deepspeed=zero3 is the closest)")
     elif kind in ("MULTI_GPU", "NO", None):
         exp.groups.setdefault("deepspeed", "none")
-    for name in set(acc) - LAUNCHER_ONLY - {"num_machines", "num_processes", "machine_rank", "main_process_ip", "main_process_port",
+    for name in set(acc) - LAUNCHER_ONLY - {"num_machines", "num_processes", "main_process_ip", "main_process_port",
                                             "mixed_precision", "distributed_type", "deepspeed_config", "fsdp_config"}:
         exp.lack(f"accelerate {name}", "not an accelerate setting grpo_exp knows")
 

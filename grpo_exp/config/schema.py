@@ -22,6 +22,19 @@ from grpo_exp.config.trl_schema import TrainerFields, VllmFields
 
 
 @dataclass
+class QuantizationConfig:
+    """How the base model's linear layers are held: bitsandbytes quantization at load (peft=qlora), or
+    a checkpoint's own (its config.json's quantization_config, read by model=auto). Only adapters train."""
+
+    method: str = "bitsandbytes"  # bitsandbytes | gptq | awq | fp8 | ... (a pre-quantized checkpoint's quant_method)
+    bits: int = 4  # 4: nf4/fp4, 0.5 byte per weight + block constants; 8: LLM.int8, 1 byte per weight
+    quant_type: str = "nf4"  # nf4 | fp4 (4-bit bitsandbytes)
+    double_quant: bool = True  # quantize the block constants too: 0.127 instead of 0.5 bits per weight
+    compute_dtype: str = "auto"  # the dtype each layer is dequantized to while it runs; auto = model.dtype
+    prequantized: bool = False  # true: the checkpoint is stored quantized (vLLM serves it at these bits too)
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING  # short name used in run names and W&B tags
     name_or_path: Optional[str] = None  # hub id or local directory; null builds the local tiny model
@@ -41,6 +54,9 @@ class ModelConfig:
     tie_word_embeddings: bool = MISSING
     max_position_embeddings: int = MISSING
     num_parameters: int = MISSING  # exact count for these numbers (tests check it on the meta device)
+    # Parameters of a vision-language model's vision tower (included in num_parameters); 0 for a text model.
+    vision_parameters: int = 0
+    quantization: Optional[QuantizationConfig] = None  # null: 16/32-bit weights (model.dtype)
     planner_notes: List[str] = field(default_factory=list)  # what the planner does not model for this architecture
 
 
@@ -63,6 +79,10 @@ class DataConfig:
     # Prompts longer than this many tokens (chat template applied) are dropped before training.
     # Long prompts are the first cause of GRPO OOMs: memory grows with prompt + completion length.
     max_prompt_length: Optional[int] = None
+    # Held-out prompts for trainer.eval_strategy: a file or directory in any format data=hf reads (same
+    # columns), or a split of data.path (hf, gsm8k loaders). GRPO evaluates by generating for them.
+    eval_path: Optional[str] = None
+    eval_split: Optional[str] = None
     # name -> {_target_: dotted path of a reward function, extra kwargs}; order = trainer.reward_weights order.
     # TRL calls each with the completions and every dataset column as keyword arguments.
     rewards: Dict[str, Any] = field(default_factory=dict)

@@ -6,7 +6,7 @@ any machine, away from the data).
 
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, is_local_path
 from grpo_exp.config.checks import reward_columns
@@ -33,6 +33,16 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
     return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
 
 
+def check_libraries(cfg: DictConfig) -> list[Problem]:
+    """Libraries this run needs beyond the core stack (bitsandbytes for 4/8-bit weights)."""
+    import importlib.util
+
+    q = cfg.model.get("quantization")
+    if q is not None and q.method == "bitsandbytes" and importlib.util.find_spec("bitsandbytes") is None:
+        return [Problem("model.quantization", "needs bitsandbytes, which is not installed here", "pip install 'bitsandbytes>=0.50'")]
+    return []
+
+
 def check_model_path(cfg: DictConfig) -> list[Problem]:
     model = cfg.model.name_or_path
     if model and is_local_path(model) and not (Path(model).expanduser() / "config.json").is_file():
@@ -44,5 +54,15 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
     """Every stage-3 problem of running `plan` on this machine (`gpus` GPUs). `batch_known`: the batch
     keys passed their checks, so the prompts one generation batch takes can be counted."""
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
-    return (check_machine(cfg, plan, gpus) + check_model_path(cfg)
-            + data_files.preflight(cfg.data, reward_columns(cfg), per_batch))
+    return (check_machine(cfg, plan, gpus) + check_model_path(cfg) + check_libraries(cfg)
+            + data_files.preflight(cfg.data, reward_columns(cfg), per_batch) + _eval_data(cfg))
+
+
+def _eval_data(cfg: DictConfig) -> list[Problem]:
+    """data.eval_path read like data=hf: readable, with the prompt column and what the rewards need
+    (problems named on data.eval_path)."""
+    if cfg.data.eval_path is None:
+        return []
+    held_out = OmegaConf.merge(cfg.data, {"loader": "hf", "path": cfg.data.eval_path, "split": cfg.data.eval_split or "train", "num_samples": None})
+    found = data_files.preflight(held_out, reward_columns(cfg))
+    return [Problem("data.eval_path" if p.key == "data.path" else p.key, p.why, p.fix.replace("data.path", "data.eval_path")) for p in found]

@@ -22,7 +22,8 @@ import json
 from pathlib import Path
 
 GROUPS = {
-    "states": ("weights", "gradients", "optimizer", "reference_model", "zero1_full_gradients", "zero3_gather", "runtime", "autocast_weights", "deepspeed_buffers"),
+    "states": ("weights", "gradients", "optimizer", "reference_model", "zero1_full_gradients", "zero3_gather", "runtime", "autocast_weights",
+               "deepspeed_buffers", "dequantized_weights"),
     "activations": ("activations",),
     "logits": ("logits",),
 }

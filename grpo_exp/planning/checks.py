@@ -160,7 +160,20 @@ def check_deepspeed_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     return []
 
 
+def check_eval_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
+    """TRL's eval rule: the global eval batch holds whole prompt groups of num_generations_eval."""
+    t = cfg.trainer
+    if t.eval_strategy == "no" and not t.do_eval:
+        return []
+    generations = t.num_generations_eval or t.num_generations
+    total = t.per_device_eval_batch_size * world_size
+    if total % generations:
+        return [Problem("trainer.per_device_eval_batch_size", f"{t.per_device_eval_batch_size} x world size {world_size} = {total} is not a multiple of "
+                        f"the {generations} generations per eval prompt (TRL refuses it)", f"use a multiple of {generations} per world size")]
+    return []
+
+
 def check(cfg: DictConfig, plan) -> list[Problem]:
     """Every stage-2 problem of `cfg` for `plan`."""
     return (check_topology(cfg, plan) + check_memory_limit(cfg, plan) + check_batch(cfg, plan.world_size)
-            + check_deepspeed_batch(cfg, plan.world_size) + check_calibration(cfg))
+            + check_eval_batch(cfg, plan.world_size) + check_deepspeed_batch(cfg, plan.world_size) + check_calibration(cfg))

@@ -84,6 +84,13 @@ class Inputs:
     zero3_max_live: float = 1e9  # stage3_max_live_parameters
     zero3_prefetch: float = 5e7  # stage3_prefetch_bucket_size
     calibration: tuple = ()  # (group, factor) pairs from preflight.calibration (calibration.py)
+    # model.quantization: bytes per weight of the quantized linear layers (constants included; 0 = not
+    # quantized), how many weights that covers, the dtype each layer is dequantized to while it runs,
+    # and whether the checkpoint itself is quantized (vLLM then serves it at those bits too).
+    quant_bytes: float = 0.0
+    quantized_params: int = 0
+    compute_bytes: int = 2
+    prequantized: bool = False
 
     @property
     def kv_dim(self) -> int:
@@ -128,6 +135,18 @@ class RoleEstimate:
 
 
 LORA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def quantized_bytes_per_weight(q) -> float:
+    """Bytes per weight of a quantized linear layer, its quantization constants included: bitsandbytes
+    nf4/fp4 keeps an fp32 absmax per 64-weight block (0.0625 B), double quantization an 8-bit one plus
+    an fp32 per 256 blocks (0.0159 B); LLM.int8 an fp32 scale per row; GPTQ/AWQ-style checkpoints an
+    fp16 scale and a packed zero point per group of 128 (0.02 B)."""
+    if q.method == "bitsandbytes" and q.bits == 4:
+        return 0.5 + (1 / 64 + 4 / (64 * 256) if q.double_quant else 4 / 64)
+    if q.method in ("bitsandbytes", "fp8") or q.bits == 8:
+        return q.bits / 8 + (0.0 if q.method == "fp8" else 4 / 4096)
+    return q.bits / 8 + 2.5 / 128
 
 
 def lora_params(hidden: int, q_dim: int, kv_dim: int, intermediate: int, layers: int, vocab: int, r: int, targets) -> int:
@@ -202,7 +221,22 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         zero3_max_live=_elements(zero.get("stage3_max_live_parameters"), 1e9),
         zero3_prefetch=_elements(zero.get("stage3_prefetch_bucket_size"), 0.9 * m.hidden_size**2),
         calibration=_calibration(cfg, plan.device),
+        **_quantization(cfg),
     )
+
+
+def _quantization(cfg: DictConfig) -> dict:
+    """The Inputs fields of model.quantization. Quantized: every decoder linear layer (attention and
+    MLP projections); embeddings, norms, lm_head and a vision tower stay in model.dtype (bitsandbytes
+    skips the output layer; the vision tower is planned unquantized, the conservative side)."""
+    q, m = cfg.model.get("quantization"), cfg.model
+    if q is None:
+        return {}
+    q_dim, kv_dim = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
+    linear = m.num_hidden_layers * (2 * m.hidden_size * q_dim + 2 * m.hidden_size * kv_dim + 3 * m.hidden_size * m.intermediate_size)
+    compute = m.dtype if q.compute_dtype == "auto" else q.compute_dtype
+    return {"quant_bytes": quantized_bytes_per_weight(q), "quantized_params": min(linear, m.num_parameters),
+            "compute_bytes": DTYPE_BYTES[compute], "prequantized": bool(q.prequantized)}
 
 
 def _elements(value, auto: float) -> float:
@@ -229,7 +263,7 @@ def model_states(x: Inputs) -> dict[str, float]:
     n, wb = x.world_size, x.dtype_bytes
     trainable = x.lora_params or x.params
     tb = 4 if x.lora_params else wb  # bytes per trainable parameter (PEFT upcasts adapters)
-    frozen = x.params if x.lora_params else 0
+    frozen = base_weight_bytes(x) / wb if x.lora_params else 0  # in model.dtype units, quantized layers at their bytes
     if x.zero_stage == 0:
         return {
             "weights": frozen * wb + trainable * tb,
@@ -253,6 +287,11 @@ def model_states(x: Inputs) -> dict[str, float]:
     if x.offload_params and x.zero_stage == 3:
         weights = 0.0
     return {"weights": weights, "gradients": grads16 + fp32_grads, "optimizer": optimizer}
+
+
+def base_weight_bytes(x: Inputs) -> float:
+    """The base model's weights: quantized linear layers at their bytes per weight, the rest in model.dtype."""
+    return x.quantized_params * x.quant_bytes + (x.params - x.quantized_params) * x.dtype_bytes
 
 
 def _activations_per_layer(x: Inputs, tokens: int) -> float:
@@ -312,8 +351,9 @@ def train_phase_parts(x: Inputs) -> dict[str, float]:
     c = e.components
     scale = 1 + FRAGMENTATION
     parts = {
-        "states": scale * (c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"] + c["gradients"] + c["zero1_full_gradients"]
-                           + c["autocast_weights"] + c["deepspeed_buffers"]),
+        # the states group as the train phase holds it: every component of GROUPS["states"] but the
+        # whole-model gather, which only generate() does
+        "states": scale * sum(c[k] for k in GROUPS["states"] if k != "zero3_gather"),
         "activations": scale * c["activations"],
         "logits": scale * c["logits"],
     }
@@ -340,6 +380,9 @@ def estimate_train(x: Inputs) -> RoleEstimate:
     # backward (measured; not the embedding or the fused LM head); checkpointing: one layer's
     c["autocast_weights"] = 2 * _layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0
     c["deepspeed_buffers"] = _deepspeed_buffers(x, wb)
+    # A quantized layer runs on a dequantized copy of its weight, one layer at a time (forward and backward).
+    largest_linear = max(x.hidden * x.intermediate, x.hidden * x.q_dim)
+    c["dequantized_weights"] = largest_linear * x.compute_bytes if x.quantized_params else 0.0
     generation_seqs = b * x.steps_per_generation  # this rank's share of the generation batch
     if x.vllm_mode == "off":
         c["kv_cache"] = 2 * x.layers * x.kv_dim * wb * seq * generation_seqs
@@ -365,10 +408,10 @@ def estimate_train(x: Inputs) -> RoleEstimate:
             c[component] *= factor
     persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"]
     phases = {
-        "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"],
-        "score": persistent + vllm_resident + scoring_logits,
+        "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"] + c["dequantized_weights"],
+        "score": persistent + vllm_resident + scoring_logits + c["dequantized_weights"],
         "train": persistent + vllm_resident + c["activations"] + c["autocast_weights"] + c["logits"] + c["gradients"]
-        + c["zero1_full_gradients"] + c["deepspeed_buffers"],
+        + c["zero1_full_gradients"] + c["deepspeed_buffers"] + c["dequantized_weights"],
         "optimizer": persistent + vllm_resident + c["gradients"] + (x.allgather_bucket * wb if x.zero_stage in (1, 2) else 0.0),
     }
     torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
@@ -386,7 +429,8 @@ def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
     cache as what remains of gpu_memory_utilization x capacity, CUDA graphs on top."""
     budget = x.vllm_util * x.capacity
     c = {
-        "weights": x.params * 2 / x.vllm_tp,
+        # a pre-quantized checkpoint is served at its own bits; anything else in 16 bits
+        "weights": (base_weight_bytes(replace(x, dtype_bytes=2)) if x.prequantized else x.params * 2) / x.vllm_tp,
         "profile_activations": VLLM_PROFILE_TOKENS * (2 * x.hidden + 2 * x.intermediate / x.vllm_tp) * 2 + 256 * x.vocab * 4,
         "non_torch": VLLM_NON_TORCH,
     }
@@ -567,6 +611,12 @@ def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
     if cfg.trainer.use_liger_kernel:
         notes.append("trainer.use_liger_kernel: planned as trl's fused LM head (Liger's fused linear GRPO loss also never holds the "
                      "full logits; its chunks differ) and unpatched layers; Liger's smaller RMSNorm/SwiGLU activations are not modelled")
+    if cfg.trainer.eval_strategy != "no":
+        notes.append(f"evaluation generates for {cfg.trainer.per_device_eval_batch_size} held-out completions per rank "
+                     "(trainer.per_device_eval_batch_size) between steps: planned as no larger than a training generation batch")
+    if cfg.model.get("vision_parameters"):
+        notes.append(f"vision tower: {cfg.model.vision_parameters / 1e9:.2f}B of the {x.params / 1e9:.2f}B parameters, in weights "
+                     f"({'frozen under LoRA' if x.lora_params else 'trained: gradients and optimizer states too'})")
     if x.vllm_mode == "off" and cfg.trainer.use_transformers_continuous_batching:
         notes.append("trainer.use_transformers_continuous_batching: transformers reserves a paged KV cache for generate() from the "
                      "free memory at start-up (ContinuousBatchingConfig); the plan counts only this rank's generation batch's KV cache")

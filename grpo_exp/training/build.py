@@ -82,6 +82,22 @@ def lora_config(cfg: DictConfig):
     return LoraConfig(task_type="CAUSAL_LM", **fields)
 
 
+def quantization_config(cfg: DictConfig):
+    """transformers' BitsAndBytesConfig for model.quantization (peft=qlora), or None: no quantization,
+    or a checkpoint stored quantized (from_pretrained reads its own quantization_config)."""
+    q = cfg.model.get("quantization")
+    if q is None or q.prequantized:
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig
+
+    compute = getattr(torch, cfg.model.dtype if q.compute_dtype == "auto" else q.compute_dtype)
+    if q.bits == 8:
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=q.quant_type, bnb_4bit_use_double_quant=q.double_quant,
+                              bnb_4bit_compute_dtype=compute)
+
+
 def reward_funcs(cfg: DictConfig) -> list:
     """The functions named by `data.rewards.<name>._target_`; other keys in the entry become
     keyword arguments (a functools.partial, which TRL still names after the function)."""
@@ -111,7 +127,7 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
     from trl import GRPOTrainer
 
     from grpo_exp.launching.data_files import row_problems
-    from grpo_exp.training.data import build_dataset
+    from grpo_exp.training.data import build_dataset, build_eval_dataset
 
     path = model_path(cfg)
     tok = tokenizer(cfg, path)
@@ -126,7 +142,9 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
         reward_funcs=reward_funcs(cfg),
         args=args,
         train_dataset=dataset,
+        eval_dataset=build_eval_dataset(cfg.data, tok, cfg.seed),
         processing_class=tok,
         peft_config=lora_config(cfg),
+        quantization_config=quantization_config(cfg),
         callbacks=callbacks,
     )

@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.launching.data_files import FILE_FORMATS, TOY_MATH_ROWS, is_saved_dataset
 
@@ -88,6 +88,20 @@ def build_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset":
     if cfg.max_prompt_length is not None:
         ds = drop_long_prompts(ds, tokenizer, cfg.max_prompt_length)
     log.info("dataset: %d rows, columns %s (every column but prompt reaches the reward functions)", len(ds), ds.column_names)
+    return ds
+
+
+def build_eval_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset | None":
+    """The held-out prompts (data.eval_path: a file or directory read like data=hf, with the same
+    columns; or data.eval_split of data.path), prepared like the training prompts; None without them."""
+    if cfg.eval_path is None and cfg.eval_split is None:
+        return None
+    if cfg.eval_path is not None:
+        held_out = {"loader": "hf", "path": cfg.eval_path, "split": cfg.eval_split or "train"}
+    else:
+        held_out = {"split": cfg.eval_split}
+    ds = build_dataset(OmegaConf.merge(cfg, {**held_out, "num_samples": None}), tokenizer, seed)
+    log.info("eval dataset: %d rows", len(ds))
     return ds
 
 

@@ -7,11 +7,11 @@ same `from_pretrained` path a real model takes. Ranks starting together share on
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp import cache_root
 from grpo_exp.config.model_info import ARCH_KEYS
 
 BUILD_VERSION = 1  # bump when the recipe below changes, so stale caches are rebuilt
@@ -23,10 +23,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("GRPO_EXP_CACHE", Path.home() / ".cache" / "grpo_exp"))
 
 
 def tiny_model_dir(model_cfg: DictConfig) -> Path:

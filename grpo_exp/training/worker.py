@@ -120,6 +120,8 @@ def _run_facts(trainer) -> dict:
         "wrapper": type(engine).__name__,  # DistributedDataParallel, DeepSpeedEngine, or the model itself
         "zero_stage": engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else None,
         "trainable_parameters": sum(_numel(p) for p in params if p.requires_grad),
+        # 4 / 8 when the base weights were loaded quantized (bitsandbytes), else None
+        "weight_bits": 4 if getattr(trainer.model, "is_loaded_in_4bit", False) else 8 if getattr(trainer.model, "is_loaded_in_8bit", False) else None,
         "parameters": sum(_numel(p) for p in params),
     }
 
