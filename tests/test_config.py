@@ -37,7 +37,8 @@ def test_option_composes_and_builds(group, option, tmp_path, request):
     assert not OmegaConf.missing_keys(cfg)
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     assert args.num_generations == cfg.trainer.num_generations
-    assert args.model_init_kwargs == {**(OmegaConf.to_container(cfg.trainer.model_init_kwargs) or {}), "dtype": cfg.model.dtype}
+    extra = cfg.trainer.model_init_kwargs
+    assert args.model_init_kwargs == {**(OmegaConf.to_container(extra) if extra is not None else {}), "dtype": cfg.model.dtype}
     assert args.use_vllm == (cfg.vllm.mode != "off")
     if cfg.vllm.mode != "off":
         assert args.vllm_mode == cfg.vllm.mode
