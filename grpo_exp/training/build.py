@@ -137,7 +137,7 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
     if too_few:  # hub data and data.max_prompt_length are only known here, not in the driver's preflight
         raise ValueError(str(too_few[0]))
     log.info("model %s (%s) from %s", cfg.model.name, cfg.model.dtype, path)
-    return GRPOTrainer(
+    trainer = GRPOTrainer(
         model=path,
         reward_funcs=reward_funcs(cfg),
         args=args,
@@ -148,3 +148,17 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
         quantization_config=quantization_config(cfg),
         callbacks=callbacks,
     )
+    if use_cpu and cfg.model.get("quantization") is not None:
+        _keep_4bit_training_layout(trainer.model)
+    return trainer
+
+
+def _keep_4bit_training_layout(model) -> None:
+    """bitsandbytes 0.50 on CPUs with AVX512-BF16: a forward without gradients in eval mode (GRPO's
+    evaluation) repacks each 4-bit weight into an inference layout that the next training forward
+    cannot use ("a view of a leaf Variable ... in-place operation"). Keep the training layout."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False
