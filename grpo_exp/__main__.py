@@ -34,12 +34,13 @@ from grpo_exp import Problem
 from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, overrides, resume
 from grpo_exp.config.schema import register_configs
+from grpo_exp.core import outcome, rundir
+from grpo_exp.core.outcome import Mismatch
 from grpo_exp.launching import launch, ports, preflight
-from grpo_exp.launching.consistency import Mismatch
 from grpo_exp.launching.vllm_server import ServerNotReady
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import placement, planner
-from grpo_exp.results import outcome, report, rundir
+from grpo_exp.results import report
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 log = logging.getLogger("grpo_exp")

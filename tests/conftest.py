@@ -127,7 +127,7 @@ def training_run(background_driver, tmp_path):
 
     import psutil
 
-    from grpo_exp.results import rundir
+    from grpo_exp.core import rundir
 
     run_dir = tmp_path / "run"
     driver = background_driver("logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}",

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from grpo_exp.results import compare, dashboard, report, rundir, wandb_file
+from grpo_exp.core import rundir
+from grpo_exp.results import compare, dashboard, report, wandb_file
 from tests.conftest import run_driver
 
 # Metrics a CPU run cannot produce: the GPU allocator and NVML stats, the vLLM server, weight sync.

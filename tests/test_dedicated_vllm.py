@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from grpo_exp.__main__ import check
+from grpo_exp.core import outcome, rundir
 from grpo_exp.launching.ports import free_port
-from grpo_exp.results import outcome, rundir
 from tests.conftest import REPO, compose_cfg
 
 LAYOUT = ("model=qwen72b", "topology=4x8", "topology.nnodes=5", "deepspeed=zero3", "vllm=server", "vllm.nodes=1", "action=plan")

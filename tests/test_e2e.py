@@ -10,7 +10,7 @@ import signal
 import psutil
 import pytest
 
-from grpo_exp.results import outcome, rundir
+from grpo_exp.core import outcome, rundir
 from grpo_exp.training import build
 from tests.conftest import compose_cfg
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from grpo_exp.results import rundir, wandb_file
+from grpo_exp.core import rundir
+from grpo_exp.results import wandb_file
 
 pytestmark = pytest.mark.e2e
 ONE_STEP = ("topology.cpu_procs=1", "trainer.max_steps=1")

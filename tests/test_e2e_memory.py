@@ -4,7 +4,8 @@ summary.json and the offline W&B run; a forced OOM becomes a recorded result."""
 import psutil
 import pytest
 
-from grpo_exp.results import outcome, rundir, wandb_file
+from grpo_exp.core import outcome, rundir
+from grpo_exp.results import wandb_file
 
 pytestmark = pytest.mark.e2e
 STATS = ("", "_mean", "_min", "_argmax_rank")

@@ -6,8 +6,8 @@ import time
 import psutil
 import pytest
 
+from grpo_exp.core import outcome, rundir
 from grpo_exp.launching.ports import free_port
-from grpo_exp.results import outcome, rundir
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from grpo_exp.results import outcome, rundir, wandb_file
+from grpo_exp.core import outcome, rundir
+from grpo_exp.results import wandb_file
 from tests.conftest import run_driver
 
 pytestmark = pytest.mark.e2e

@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from grpo_exp.__main__ import check
+from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import ports
-from grpo_exp.results import outcome, rundir
 from tests.conftest import compose_cfg, run_driver, start_driver
 
 SECRETS = {"WANDB_API_KEY": "marker-wandb-0f9e8d7c", "HF_TOKEN": "hf_marker_1a2b3c4d", "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b"}

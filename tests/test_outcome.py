@@ -1,4 +1,4 @@
-"""How a run ended (grpo_exp/results/outcome.py): rank records in, one final status out, written by the
+"""How a run ended (grpo_exp/core/outcome.py): rank records in, one final status out, written by the
 driver alone. The e2e tests cover the same paths with real processes; these cover every branch fast."""
 
 import json
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from grpo_exp.results import outcome, rundir
+from grpo_exp.core import outcome, rundir
 
 
 def _record(run_dir, rank, status, when, **fields):
@@ -78,7 +78,7 @@ def test_a_resumed_attempt_starts_without_the_last_attempts_records(tmp_path):
 
 
 def test_classify_names_oom_mismatch_interrupt_and_failure():
-    from grpo_exp.launching.consistency import Mismatch
+    from grpo_exp.core.outcome import Mismatch
 
     assert outcome.classify(MemoryError("no"), 0)["status"] == "oom"
     assert outcome.classify(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), 3)["oom"] == {"phase": None, "rank": 3, "kind": "cuda", "requested_bytes": 2 * 2**30, "snapshot": None}

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from grpo_exp.core import rundir
 from grpo_exp.planning import placement, planner
-from grpo_exp.results import rundir, wandb_file
-from tests.conftest import compose_cfg, driver_report
+from grpo_exp.results import wandb_file
+from tests.conftest import driver_report
 
 P7 = 7615616512  # Qwen2.5-7B
 QWEN7B_LINEAR = 28 * (2 * 3584 * 3584 + 2 * 3584 * 512 + 3 * 3584 * 18944)  # q,o + k,v + gate,up,down per layer

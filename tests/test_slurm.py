@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from grpo_exp.core import rundir
 from grpo_exp.launching import slurm
 from grpo_exp.planning import placement
-from grpo_exp.results import rundir
 from tests.conftest import compose_cfg
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from grpo_exp.results import outcome, rundir
+from grpo_exp.core import outcome, rundir
 from grpo_exp.training import build
 from tests.conftest import compose_cfg
 

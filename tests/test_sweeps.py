@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from grpo_exp.results import compare, rundir, wandb_file
+from grpo_exp.core import rundir
+from grpo_exp.results import compare, wandb_file
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@ classification. CUDA/NVML paths run only on a GPU machine and are skipped here, 
 import pytest
 import torch
 
-from grpo_exp.results import outcome
+from grpo_exp.core import outcome
 from grpo_exp.training import telemetry
 
 MIB = 2**20
@@ -56,6 +56,18 @@ def test_spike_is_charged_to_the_innermost_phase():
         assert set(window) == {"train", "reward"}
         assert phases.take_window() == {}  # a window is reported once
     """)
+
+
+def test_the_installed_trl_has_every_method_telemetry_hooks():
+    """An upgrade that renames one of GRPOTrainer's private methods fails here, naming it, not inside every worker."""
+    from trl import GRPOTrainer
+
+    assert telemetry.missing_hooks(GRPOTrainer) == []
+
+    class Renamed:  # what a renamed method looks like to the check
+        training_step = _prepare_inputs = _calculate_rewards = _get_per_token_logps_and_entropies = staticmethod(lambda: None)
+
+    assert telemetry.missing_hooks(Renamed) == ["_generate"]
 
 
 def test_failed_phase_is_the_innermost_that_raised():

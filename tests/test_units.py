@@ -5,8 +5,8 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
+from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import launch
-from grpo_exp.results import outcome, rundir
 from grpo_exp.training import data, rewards
 from tests.conftest import compose_cfg
 

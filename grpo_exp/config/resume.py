@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp import Problem
 from grpo_exp.config.overrides import values
 from grpo_exp.config.schema import Config
-from grpo_exp.results import rundir
+from grpo_exp.core import rundir
 
 # Keys (or key prefixes, ending in ".") a resumed run may change.
 RESUMABLE = (

@@ -286,7 +286,7 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("run_id", lambda: run_id)
     # ${node_subdir:rank}: where a node's files go inside a shared run dir ("" for node 0).
     if not OmegaConf.has_resolver("node_subdir"):
-        from grpo_exp.results.rundir import node_subdir
+        from grpo_exp.core.rundir import node_subdir
 
         OmegaConf.register_new_resolver("node_subdir", lambda rank: node_subdir(int(rank)))
         OmegaConf.register_new_resolver("node_suffix", lambda rank: f".node{rank}" if int(rank) > 0 else "")

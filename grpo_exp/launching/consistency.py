@@ -18,15 +18,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.results import rundir
+from grpo_exp.core import rundir
+from grpo_exp.core.outcome import Mismatch
 
 # Config keys that legitimately differ between nodes.
 NODE_LOCAL_KEYS = {"topology.node_rank"}
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "vllm")
-
-
-class Mismatch(RuntimeError):
-    """Nodes of one run disagree; status `mismatch`, exit 5."""
 
 
 def _flatten(node, prefix: str = "") -> dict:

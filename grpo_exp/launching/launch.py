@@ -19,9 +19,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp import is_local_path, visible_devices
-from grpo_exp.launching.consistency import Mismatch
+from grpo_exp.core import outcome, rundir
+from grpo_exp.core.outcome import Mismatch
 from grpo_exp.planning.placement import NodePlan
-from grpo_exp.results import outcome, rundir
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
 def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | None = None) -> int:
     """Run this node's processes to the end; return the training exit code (130 if interrupted).
     Raises vllm_server.ServerNotReady if the server never became healthy (training not started),
-    consistency.Mismatch if a dedicated serving node runs another config."""
+    outcome.Mismatch if a dedicated serving node runs another config."""
     from grpo_exp.launching import serving
     from grpo_exp.launching.vllm_server import health_url, wait_healthy
 

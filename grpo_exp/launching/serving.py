@@ -20,9 +20,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import DictConfig
 
+from grpo_exp.core import outcome
+from grpo_exp.core.outcome import Mismatch
 from grpo_exp.launching import consistency
 from grpo_exp.launching.vllm_server import bind_address
-from grpo_exp.results import outcome
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def _agent_url(cfg: DictConfig, path: str) -> str:
 
 
 def check_fingerprint(cfg: DictConfig) -> None:
-    """Node 0, before training: raise consistency.Mismatch (and stop the serving node) if the
+    """Node 0, before training: raise Mismatch (and stop the serving node) if the
     serving node runs another config."""
     deadline = time.time() + cfg.vllm.server_timeout
     while True:
@@ -101,13 +102,13 @@ def check_fingerprint(cfg: DictConfig) -> None:
             break
         except OSError:
             if time.time() > deadline:
-                raise consistency.Mismatch(f"the serving node's agent did not answer {_agent_url(cfg, '/fingerprint')} within vllm.server_timeout") from None
+                raise Mismatch(f"the serving node's agent did not answer {_agent_url(cfg, '/fingerprint')} within vllm.server_timeout") from None
             time.sleep(1.0)
     problems = consistency.differences([_fingerprint(cfg), theirs], sections=("config",))
     if problems:
         message = "the serving node runs another config; start every node with the same command:\n  " + "\n  ".join(problems)
         send_stop(cfg, "mismatch", message)
-        raise consistency.Mismatch(message)
+        raise Mismatch(message)
 
 
 def send_stop(cfg: DictConfig, status: str, error: str | None = None) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.core import outcome, rundir
 from grpo_exp.planning.placement import Plan
-from grpo_exp.results import outcome, rundir
 
 log = logging.getLogger(__name__)
 

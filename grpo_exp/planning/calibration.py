@@ -21,29 +21,14 @@ Pure Python apart from numpy's least squares: no torch.
 import json
 from pathlib import Path
 
-GROUPS = {
-    "states": ("weights", "gradients", "optimizer", "reference_model", "zero1_full_gradients", "zero3_gather", "runtime", "autocast_weights",
-               "deepspeed_buffers", "dequantized_weights"),
-    "activations": ("activations",),
-    "logits": ("logits",),
-}
+from grpo_exp.core import rundir
+from grpo_exp.planning.planner import GROUPS
+
 FLOOR = 0.05  # no component is fitted away entirely
-MEASURED_STATS = ("reserved_max", "host_rss_max")  # GPU allocator first; CPU runs have host RSS only
-
-
-def load(path: str | Path) -> dict:
-    data = json.loads(Path(path).expanduser().read_text())
-    if not isinstance(data.get("factors"), dict):
-        raise ValueError(f"{path} holds no 'factors' (write it with python -m grpo_exp.calibrate)")
-    return data
-
-
 def measured_train_gib(summary: dict) -> tuple[str, float] | None:
-    for stat in MEASURED_STATS:
-        value = summary.get(f"memory/peak_phase/train/{stat}_gib")
-        if value:
-            return stat, value
-    return None
+    """The train phase's measured peak (rundir.measured_peak: the same stat every report shows)."""
+    found = rundir.measured_peak(summary, phase="train")
+    return found if found and found[1] else None
 
 
 def fit(samples: list[dict]) -> dict[str, float]:
@@ -80,8 +65,8 @@ def sample(run_dir: Path) -> dict | None:
     from omegaconf import OmegaConf
 
     from grpo_exp import GIB
-    from grpo_exp.planning import placement, planner
-    from grpo_exp.results import rundir
+    from grpo_exp.core import rundir
+    from grpo_exp.planning import planner
 
     summary = rundir.read_summary(run_dir)
     measured = measured_train_gib(summary)
@@ -91,15 +76,13 @@ def sample(run_dir: Path) -> dict | None:
     cfg = OmegaConf.load(config)
     cfg.preflight.calibration = None  # the planner's own figures: factors are fitted against them
     plan_json = json.loads((Path(run_dir) / rundir.PLAN).read_text()) if (Path(run_dir) / rundir.PLAN).exists() else {}
-    plan = placement.make_plan(cfg, str(config), detected_gpus=plan_json.get("gpus_per_node") or 0)
+    plan, _ = planner.plan_and_estimate(cfg, plan_json.get("gpus_per_node") or 0, str(config))
     parts = planner.train_phase_parts(planner.inputs(cfg, plan))
     return {"run": str(run_dir), "stat": measured[0], "measured": measured[1], "device": plan.device, **{k: v / GIB for k, v in parts.items()}}
 
 
 def run_dirs(sources: list[str]) -> list[Path]:
-    from grpo_exp.results import compare
-
-    return [run.path for source in sources for run in compare.load_local(Path(source)) if run.path is not None]
+    return [run_dir.resolve() for source in sources for run_dir in rundir.run_dirs(Path(source))]
 
 
 def calibrate(sources: list[str], out: Path) -> dict:

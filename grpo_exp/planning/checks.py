@@ -59,10 +59,10 @@ def check_calibration(cfg: DictConfig) -> list[Problem]:
     path = cfg.preflight.calibration
     if not path:
         return []
-    from grpo_exp.planning import calibration
+    from grpo_exp.planning.planner import load
 
     try:
-        calibration.load(path)
+        load(path)
     except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
         return [Problem("preflight.calibration", f"cannot be read: {exc}", "give a file written by python -m grpo_exp.calibrate <measured run dirs>, or null")]
     return []

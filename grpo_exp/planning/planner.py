@@ -6,12 +6,30 @@ Formulas, sources and known limits: docs/memory-planner.md. All sizes are bytes 
 in GiB (2**30).
 """
 
+import json
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from omegaconf import DictConfig
 
 from grpo_exp import GIB
-from grpo_exp.planning.calibration import GROUPS
+
+# The planner's components in the groups a calibration file corrects (planning/calibration.py fits a
+# factor per group from measured runs; preflight.calibration applies them here).
+GROUPS = {
+    "states": ("weights", "gradients", "optimizer", "reference_model", "zero1_full_gradients", "zero3_gather", "runtime", "autocast_weights",
+               "deepspeed_buffers", "dequantized_weights"),
+    "activations": ("activations",),
+    "logits": ("logits",),
+}
+
+
+def load(path: str | Path) -> dict:
+    """A calibration file (python -m grpo_exp.calibrate): its factors, the device and stat they came from."""
+    data = json.loads(Path(path).expanduser().read_text())
+    if not isinstance(data.get("factors"), dict):
+        raise ValueError(f"{path} holds no 'factors' (write it with python -m grpo_exp.calibrate)")
+    return data
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
@@ -251,9 +269,7 @@ def _calibration(cfg: DictConfig, device: str) -> tuple:
     path = cfg.preflight.get("calibration")
     if not path:
         return ()
-    from grpo_exp.planning import calibration
-
-    data = calibration.load(path)
+    data = load(path)
     return tuple(sorted(data["factors"].items())) if data.get("device") == device else ()
 
 
@@ -345,7 +361,7 @@ def _deepspeed_buffers(x: Inputs, wb: int) -> float:
 
 
 def train_phase_parts(x: Inputs) -> dict[str, float]:
-    """The uncalibrated train-phase peak split into calibration.GROUPS, plus 'other' (a colocated
+    """The uncalibrated train-phase peak split into GROUPS, plus 'other' (a colocated
     vLLM engine's resident share), in bytes: what calibration fits factors against."""
     e = estimate_train(replace(x, calibration=()))
     c = e.components
@@ -580,6 +596,17 @@ def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
         if estimate(replace(x, **fields)).fits:
             return changes
     return None
+
+
+def plan_and_estimate(cfg: DictConfig, gpus: int, config_path: str = "config.yaml"):
+    """(launch plan, memory estimate) of `cfg` as the driver makes them, for a config that passed its
+    checks elsewhere (a sweeper's trial, a measured run): model=auto's numbers read first."""
+    from grpo_exp.config import model_info
+    from grpo_exp.planning import placement
+
+    model_info.complete(cfg.model)
+    plan = placement.make_plan(cfg, config_path, detected_gpus=gpus)
+    return plan, preflight(cfg, plan)
 
 
 def preflight(cfg: DictConfig, plan) -> dict:

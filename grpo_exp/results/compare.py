@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_exp.config.overrides import values
-from grpo_exp.results import rundir
+from grpo_exp.core import rundir
 
 FAILED_STATUSES = {"oom": "OOM", "predicted_oom": "pred. OOM", "failed": "failed", "invalid": "invalid",
                    "mismatch": "mismatch", "stalled": "stalled", "interrupted": "interrupted"}
@@ -46,11 +46,8 @@ class Run:
         for a planned trial, the planner's prediction."""
         if self.planned:
             return self.summary.get("plan/train/peak_gib")
-        for stat in ("reserved_max", "device_used_max", "host_rss_max"):
-            value = self.summary.get(f"memory/peak/train/{stat}_gib")
-            if value is not None:
-                return value
-        return None
+        found = rundir.measured_peak(self.summary)
+        return found[1] if found else None
 
     @property
     def planner_error_pct(self) -> float | None:
@@ -60,12 +57,7 @@ class Run:
 
 def load_local(path: Path) -> list[Run]:
     """One run dir, or every run dir (with a summary.json) directly below a multirun dir."""
-    has_summary = lambda d: (d / rundir.SUMMARY).exists()  # noqa: E731
-    dirs = [path] if has_summary(path) else sorted(
-        (d for d in path.iterdir() if has_summary(d)),
-        key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name),
-    )
-    return [Run(d.name, values(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve()) for d in dirs]
+    return [Run(d.name, values(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve()) for d in rundir.run_dirs(path)]
 
 
 def load_wandb(project: str, group: str | None = None) -> list[Run]:

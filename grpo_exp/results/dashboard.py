@@ -19,11 +19,12 @@ import sys
 from pathlib import Path
 
 from grpo_exp import PHASES
+from grpo_exp.core import rundir
 from grpo_exp.training.telemetry import BYTE_STATS, VLLM
 
 # The stats a GPU run has; a CPU run logs host_rss_max only (telemetry.py).
 GPU_STATS = tuple(s for s in BYTE_STATS if s != "host_rss_max")
-PEAK_STATS = ("reserved_max", "device_used_max", "host_rss_max")  # what a panel plots: the allocator, the device, the host
+PEAK_STATS = rundir.MEASURED_PEAK_STATS  # what a panel plots: the allocator, the device, the host
 SWEPT = ("trainer.per_device_train_batch_size", "trainer.num_generations", "trainer.max_completion_length")
 
 

@@ -8,15 +8,14 @@ phase the measured peak beside the planner's with the error; for an OOM, where a
 from pathlib import Path
 
 from grpo_exp import GIB, PHASES
-from grpo_exp.results import rundir
+from grpo_exp.core import rundir
 from grpo_exp.training.telemetry import VLLM
-
-# The measured stat a report shows: the caching allocator on a GPU, the process's RSS on a CPU.
-MEASURES = ("reserved_max", "device_used_max", "host_rss_max")
 
 
 def _measure(summary: dict) -> str:
-    return next((s for s in MEASURES if f"memory/peak/train/{s}_gib" in summary), "host_rss_max")
+    """The measured stat a report shows (rundir.measured_peak: the allocator on a GPU, the RSS on a CPU)."""
+    found = rundir.measured_peak(summary)
+    return found[0] if found else "host_rss_max"
 
 
 def _gib(value) -> str:

@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
-from grpo_exp.results import rundir
+from grpo_exp.core import rundir
 
 log = logging.getLogger(__name__)
 

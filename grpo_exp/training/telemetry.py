@@ -258,16 +258,34 @@ def gather(window: dict) -> list[dict]:
     return windows
 
 
-def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
-    """Wrap the trainer's phase methods and log(); returns the dict that accumulates run peaks.
+# The GRPOTrainer methods (trl 1.16) each phase is measured around: the one place grpo_exp relies on
+# TRL's internals. training_step is forward + backward (generation runs inside it, through
+# _prepare_inputs); _get_per_token_logps_and_entropies is scoring without gradients (old/reference
+# log-probs) and part of training with them. The optimizer step is bracketed by callbacks (under
+# DeepSpeed it runs inside backward: `train`); weight sync wraps trainer.vllm_generation.sync_weights.
+PHASE_HOOKS = {
+    "training_step": "train",
+    "_prepare_inputs": "generate",  # generation-batch bookkeeping around the phases below
+    "_generate": "generate",
+    "_calculate_rewards": "reward",
+    "_get_per_token_logps_and_entropies": "score or train",
+}
 
-    trl 1.16's GRPOTrainer: training_step (forward+backward, with _prepare_inputs -> generation
-    inside), _generate, _calculate_rewards, _get_per_token_logps_and_entropies (no grad = scoring
-    old/ref log-probs; with grad = the training forward), vllm_generation.sync_weights. The
-    optimizer step is bracketed by callbacks (under DeepSpeed it runs inside backward: `train`).
-    """
+
+def missing_hooks(trainer_class) -> list[str]:
+    """The PHASE_HOOKS methods the installed trl's GRPOTrainer lacks (a renamed private method)."""
+    return [name for name in PHASE_HOOKS if not callable(getattr(trainer_class, name, None))]
+
+
+def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
+    """Wrap the trainer's PHASE_HOOKS and log(); returns the dict that accumulates run peaks."""
     import torch
     from transformers import TrainerCallback
+
+    missing = missing_hooks(type(trainer))
+    if missing:
+        raise RuntimeError(f"memory telemetry: this trl's GRPOTrainer has no {', '.join(missing)} (renamed in an upgrade?); "
+                           "memory.telemetry=false runs without it, or update telemetry.PHASE_HOOKS")
 
     def wrap(obj, method: str, phase_name):
         original = getattr(obj, method)
@@ -279,11 +297,8 @@ def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
 
         setattr(obj, method, wrapped)
 
-    wrap(trainer, "training_step", "train")
-    wrap(trainer, "_prepare_inputs", "generate")  # generation-batch bookkeeping around the phases below
-    wrap(trainer, "_generate", "generate")
-    wrap(trainer, "_calculate_rewards", "reward")
-    wrap(trainer, "_get_per_token_logps_and_entropies", lambda: "train" if torch.is_grad_enabled() else "score")
+    for method, phase in PHASE_HOOKS.items():
+        wrap(trainer, method, (lambda: "train" if torch.is_grad_enabled() else "score") if phase == "score or train" else phase)
     if getattr(trainer, "vllm_generation", None) is not None:
         wrap(trainer.vllm_generation, "sync_weights", "weight_sync")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.config.overrides import values
-from grpo_exp.results import rundir
+from grpo_exp.core import rundir
 
 
 class NullTracker:

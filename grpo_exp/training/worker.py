@@ -16,11 +16,12 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_exp import visible_devices
+from grpo_exp.core import outcome, rundir
 from grpo_exp.planning import planner
-from grpo_exp.results import outcome, rundir
 
 log = logging.getLogger("grpo_exp")
 progress = logging.getLogger("grpo_exp.progress")  # the lines a quiet console shows (launch.py)
@@ -198,91 +199,120 @@ def _planned(run_dir: Path, measured: dict) -> dict:
     return out
 
 
+@dataclass
+class _Rank:
+    """What one training process holds from start to end: where it writes, what it measures."""
+
+    cfg: object
+    run_dir: Path
+    rank: int
+    world_size: int
+    started: float
+    checkpoint: tuple | None = None
+    tracker: object = None
+    watchdog: object = None
+    callback: object = None
+    phases: object = None
+    meter: object = None
+    peaks: dict = field(default_factory=dict)
+
+
 def main(config_path: str) -> int:
-    started = time.time()
+    """Read the frozen config, prepare this rank, train, record how it ended; the exit code of that end."""
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     _setup_logging(rank)
     preemption = Preemption()
     preemption.install()
-    cfg = rundir.load_config(config_path)
-    run_dir = Path(config_path).parent
+    state = _prepare(rundir.load_config(config_path), Path(config_path).parent, rank, world_size)
+    ended = _train(state, preemption)
+    _record(state, ended)
+    return outcome.EXIT_CODES[ended["status"]]
 
-    import torch
 
+def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
+    """Everything before the process group: the model files, the memory cap, where a resumed run
+    continues, the tracker, the stall watchdog and the probes."""
     from grpo_exp.launching import consistency
     from grpo_exp.training import build, telemetry, tracking
 
-    use_cpu = not torch.cuda.is_available()
+    state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
     # rank that wins the build lock may be another.
     build.model_path(cfg)
     telemetry.apply_memory_limit(cfg.memory.limit_gib)
-
     # A run dir with a checkpoint continues from it; the steps after it are logged again, so rank 0
     # drops their lines first (before the metrics writer opens the file).
-    checkpoint = rundir.latest_checkpoint(run_dir)
-    dropped = rundir.truncate_metrics(run_dir, checkpoint[1] if checkpoint else 0) if rank == 0 else 0
-    if checkpoint is not None or dropped:
-        log.info("resuming from %s; %d metrics line(s) after it dropped", checkpoint[0] if checkpoint else "step 0", dropped)
-    tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
-    watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
-    callback = make_callback(run_dir, rank, watchdog)
+    state.checkpoint = rundir.latest_checkpoint(run_dir)
+    dropped = rundir.truncate_metrics(run_dir, state.checkpoint[1] if state.checkpoint else 0) if rank == 0 else 0
+    if state.checkpoint is not None or dropped:
+        log.info("resuming from %s; %d metrics line(s) after it dropped", state.checkpoint[0] if state.checkpoint else "step 0", dropped)
+    state.tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
+    state.watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
+    state.callback = make_callback(run_dir, rank, state.watchdog)
     vllm_probe = telemetry.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
-    phases = telemetry.PhaseMemory(telemetry.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
-    peaks: dict = {}
-    meter = None
-    ended: dict = {"status": "failed", "error": None, "time": time.time()}
+    state.phases = telemetry.PhaseMemory(telemetry.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
+    return state
+
+
+def _train(state: _Rank, preemption: Preemption) -> dict:
+    """Join the process group, check the nodes agree, build, train: this rank's record of the end."""
+    import torch
+
+    from grpo_exp.launching import consistency
+    from grpo_exp.training import build, telemetry
+
+    cfg = state.cfg
     try:
-        _init_distributed(cfg, world_size, use_cpu)
-        if world_size > 1:
+        _init_distributed(cfg, state.world_size, use_cpu=not torch.cuda.is_available())
+        if state.world_size > 1:
             consistency.check_across_ranks(cfg)  # before the model loads: fail fast, not hang
-        trainer = build.trainer(cfg, run_dir, use_cpu, callbacks=[callback, preemption.callback(world_size)])
+        trainer = build.trainer(cfg, state.run_dir, not torch.cuda.is_available(),
+                                callbacks=[state.callback, preemption.callback(state.world_size)])
         _check_placement(trainer)
-        if phases is not None:
-            peaks = telemetry.instrument(trainer, phases)
-            meter = telemetry.ModelStateMeter(trainer.model)
-            meter.install()
-        result = trainer.train(resume_from_checkpoint=str(checkpoint[0]) if checkpoint else None)
-        ended = {
-            "status": "completed",
-            "time": time.time(),
-            "error": None,
-            "global_step": result.global_step,
-            "train_runtime_s": result.metrics.get("train_runtime"),
-            "runtime": _run_facts(trainer),
-        }
+        if state.phases is not None:
+            state.peaks = telemetry.instrument(trainer, state.phases)
+            state.meter = telemetry.ModelStateMeter(trainer.model)
+            state.meter.install()
+        result = trainer.train(resume_from_checkpoint=str(state.checkpoint[0]) if state.checkpoint else None)
+        ended = {"status": "completed", "time": time.time(), "error": None, "global_step": result.global_step,
+                 "train_runtime_s": result.metrics.get("train_runtime"), "runtime": _run_facts(trainer)}
         if preemption.signal_name is not None:
-            saved = rundir.latest_checkpoint(run_dir)
+            saved = rundir.latest_checkpoint(state.run_dir)
             ended.update(status="preempted", error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
-                           f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={run_dir}` continues")
+                         f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={state.run_dir}` continues")
         log.info("run facts: %s", ended["runtime"])
+        return ended
     except BaseException as exc:  # KeyboardInterrupt included: every end is recorded
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the record short
-        ended = outcome.classify(exc, rank, phases)
+        ended = outcome.classify(exc, state.rank, state.phases)
         if ended["status"] == "interrupted" and preemption.signal_name is not None:
             ended.update(status="preempted", error=f"stopped by {preemption.signal_name} before training started; nothing to save")
         if ended["status"] != "interrupted":
             log.exception("training failed (%s)", ended["status"])
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
-        watchdog.close()
-        if rank == 0:  # rank 0's record carries the run's measurements, however training ended
-            measured = meter.metrics() if meter is not None else {}
-            if phases is not None:
-                measured.update(telemetry.throughput(phases, callback.last_logs))
-            previous = rundir.read_summary(run_dir)  # a resumed run's peaks cover every segment
-            peaks = {k: max(v, previous.get(k, v)) for k, v in peaks.items()}
-            ended.update(
-                **peaks, **measured, **_planned(run_dir, measured),
-                final_metrics=callback.last_logs, first_metrics=previous.get("first_metrics") or callback.first_logs,
-                worker_wall_s=round(time.time() - started, 3),
-            )
-        if rank == 0 or ended["status"] != "completed":
-            rundir.write_rank_record(run_dir, rank, ended)
-        if rank == 0:  # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
-            explained = outcome.explain(outcome.read_records(run_dir))
-            tracker.finish({**previous, **explained}, outcome.EXIT_CODES[explained["status"]])
-    return outcome.EXIT_CODES[ended["status"]]
+        return ended
+
+
+def _record(state: _Rank, ended: dict) -> None:
+    """ranks/rank<N>.json (rank 0 always, with the run's measurements; another rank when it did not
+    complete), and rank 0's W&B run finished with the status as far as it can tell."""
+    from grpo_exp.training import telemetry
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
+    state.watchdog.close()
+    if state.rank == 0:  # rank 0's record carries the run's measurements, however training ended
+        measured = state.meter.metrics() if state.meter is not None else {}
+        if state.phases is not None:
+            measured.update(telemetry.throughput(state.phases, state.callback.last_logs))
+        previous = rundir.read_summary(state.run_dir)  # a resumed run's peaks cover every segment
+        peaks = {k: max(v, previous.get(k, v)) for k, v in state.peaks.items()}
+        ended.update(**peaks, **measured, **_planned(state.run_dir, measured), final_metrics=state.callback.last_logs,
+                     first_metrics=previous.get("first_metrics") or state.callback.first_logs,
+                     worker_wall_s=round(time.time() - state.started, 3))
+    if state.rank == 0 or ended["status"] != "completed":
+        rundir.write_rank_record(state.run_dir, state.rank, ended)
+    if state.rank == 0:  # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
+        explained = outcome.explain(outcome.read_records(state.run_dir))
+        state.tracker.finish({**previous, **explained}, outcome.EXIT_CODES[explained["status"]])
 
 
 if __name__ == "__main__":

@@ -62,14 +62,12 @@ class FrontierSweeper(Sweeper):
         if not self.use_planner:
             return len(self.batch_values) // 2
         from grpo_exp.launching import launch
-        from grpo_exp.planning import placement, planner
-        from grpo_exp.results import rundir
+        from grpo_exp.planning import planner
 
         best = 0
         for i, batch in enumerate(self.batch_values):
             cfg = self.hydra_context.config_loader.load_sweep_config(self.config, self._overrides(arguments, axis, batch))
-            plan = placement.make_plan(cfg, rundir.CONFIG, detected_gpus=launch.visible_gpus())
-            if planner.preflight(cfg, plan)["fits"]:  # the driver's own verdict for this trial
+            if planner.plan_and_estimate(cfg, launch.visible_gpus())[1]["fits"]:  # the driver's own verdict for this trial
                 best = i
         return best
 
@@ -115,7 +113,7 @@ class FrontierSweeper(Sweeper):
 
 
 def _trial(result: JobReturn, axis, batch) -> dict:
-    from grpo_exp.results import rundir
+    from grpo_exp.core import rundir
 
     run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
     summary = rundir.read_summary(run_dir)

@@ -14,7 +14,12 @@ import re
 import time
 from pathlib import Path
 
-from grpo_exp.results import rundir
+from grpo_exp.core import rundir
+
+
+class Mismatch(RuntimeError):
+    """Nodes of one run disagree (their configs, processes per node, versions): status `mismatch`, exit 5."""
+
 
 # Exit codes of a single run, also summary.json["exit_code"].
 EXIT_OK = 0
@@ -76,8 +81,6 @@ def oom_details(exc: BaseException) -> dict | None:
 def classify(exc: BaseException, rank: int, phases=None) -> dict:
     """A rank's record for the exception that ended it: status oom (where, how much), mismatch,
     interrupted or failed."""
-    from grpo_exp.launching.consistency import Mismatch
-
     record = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
     if isinstance(exc, KeyboardInterrupt):
         return {**record, "status": "interrupted", "error": None}

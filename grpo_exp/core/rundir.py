@@ -97,6 +97,30 @@ def read_overrides(run_dir: Path) -> list[str]:
     return OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else []
 
 
+# The measured peak of a run, by preference: the GPU caching allocator's reserved bytes, the whole device
+# (NVML), the host RSS (CPU runs have only that). Reports, comparisons and calibration all read this.
+MEASURED_PEAK_STATS = ("reserved_max", "device_used_max", "host_rss_max")
+
+
+def measured_peak(summary: dict, phase: str | None = None) -> tuple[str, float] | None:
+    """(stat, GiB) of the run's measured training peak (in `phase`, if given), or None if nothing was measured."""
+    for stat in MEASURED_PEAK_STATS:
+        value = summary.get(f"memory/peak_phase/{phase}/{stat}_gib" if phase else f"memory/peak/train/{stat}_gib")
+        if value is not None:
+            return stat, value
+    return None
+
+
+def run_dirs(path: Path) -> list[Path]:
+    """`path` itself if it is a run dir (it has a summary.json), else the run dirs directly below it
+    (a multirun's trials), in job order."""
+    path = Path(path)
+    if (path / SUMMARY).exists():
+        return [path]
+    found = [d for d in path.iterdir() if (d / SUMMARY).exists()] if path.is_dir() else []
+    return sorted(found, key=lambda d: (not d.name.isdigit(), int(d.name) if d.name.isdigit() else 0, d.name))
+
+
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(_jsonable(data), indent=2) + "\n")
 
