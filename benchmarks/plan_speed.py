@@ -22,10 +22,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             started = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "grpo_exp", *COMMAND, f"hydra.run.dir={tmp}/{i}"], check=True, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "grpo_exp", *COMMAND, f"hydra.run.dir={tmp}/{i}"],
+                check=True,
+                capture_output=True,
+            )
             times.append(time.perf_counter() - started)
-    print(f"action=plan ({' '.join(COMMAND)}): median {statistics.median(times):.3f} s, "
-          f"min {min(times):.3f} s, max {max(times):.3f} s over {args.runs} runs (budget 2 s)")
+    print(
+        f"action=plan ({' '.join(COMMAND)}): median {statistics.median(times):.3f} s, "
+        f"min {min(times):.3f} s, max {max(times):.3f} s over {args.runs} runs (budget 2 s)"
+    )
 
 
 if __name__ == "__main__":

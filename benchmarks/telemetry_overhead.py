@@ -22,9 +22,18 @@ from pathlib import Path
 def run(telemetry: bool, steps: int, procs: int, out: Path) -> dict:
     run_dir = out / f"{'on' if telemetry else 'off'}-{len(list(out.iterdir()))}"
     subprocess.run(
-        [sys.executable, "-m", "grpo_exp", "logger=none", f"topology.cpu_procs={procs}",
-         f"trainer.max_steps={steps}", f"memory.telemetry={str(telemetry).lower()}", f"hydra.run.dir={run_dir}"],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "grpo_exp",
+            "logger=none",
+            f"topology.cpu_procs={procs}",
+            f"trainer.max_steps={steps}",
+            f"memory.telemetry={str(telemetry).lower()}",
+            f"hydra.run.dir={run_dir}",
+        ],
+        check=True,
+        capture_output=True,
     )
     return json.loads((run_dir / "summary.json").read_text())
 
@@ -47,8 +56,11 @@ def main() -> None:
             runs = {t: run(t, args.steps, args.procs, out) for t in order}
             ratios.append(per_step(runs[True]) / per_step(runs[False]))
             shares.append(runs[True]["telemetry/overhead_share"])
-            print(f"pair {pair}: on {per_step(runs[True]) * 1000:.1f} ms/step, off {per_step(runs[False]) * 1000:.1f} ms/step, "
-                  f"ratio {ratios[-1]:.4f}; self-timed {shares[-1] * 100:.2f}%")
+            print(
+                f"pair {pair}: on {per_step(runs[True]) * 1000:.1f} ms/step, "
+                f"off {per_step(runs[False]) * 1000:.1f} ms/step, "
+                f"ratio {ratios[-1]:.4f}; self-timed {shares[-1] * 100:.2f}%"
+            )
     median = statistics.median(ratios)
     print(f"median ratio on/off over {args.pairs} pairs: {median:.4f} ({(median - 1) * 100:+.2f}% step time)")
     print(f"median self-timed telemetry share of train time: {statistics.median(shares) * 100:.2f}%")

@@ -82,14 +82,23 @@ def run(cfg: DictConfig) -> float:
         return _refuse(run_dir, problems, sweeping)
     memory = _memory_plan(cfg, plan)
     rundir.freeze_config(cfg, run_dir)
-    rundir.write_json(run_dir / rundir.PLAN, {**plan.to_dict(), **memory, "vllm": {**plan.vllm, **(memory["vllm"] or {})}})
+    rundir.write_json(
+        run_dir / rundir.PLAN, {**plan.to_dict(), **memory, "vllm": {**plan.vllm, **(memory["vllm"] or {})}}
+    )
     if cfg.action == "plan":
         return _planned(cfg, run_dir, plan, memory, sweeping)
     print(placement.describe(plan))
     if not memory["fits"] and not _run_anyway(cfg, memory):
-        summary = outcome.write_status(run_dir, "predicted_oom", wall_s=0.0, suggestions=memory["suggestions"],
-                                       error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)")
-        log.error("refused: predicted OOM (exit %d); run with preflight.on_oom=warn to try anyway", summary["exit_code"])
+        summary = outcome.write_status(
+            run_dir,
+            "predicted_oom",
+            wall_s=0.0,
+            suggestions=memory["suggestions"],
+            error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)",
+        )
+        log.error(
+            "refused: predicted OOM (exit %d); run with preflight.on_oom=warn to try anyway", summary["exit_code"]
+        )
         return _done(summary["exit_code"], summary)
     return _launch(cfg, run_dir, plan, hydra_cfg, sweeping)
 
@@ -150,7 +159,9 @@ def _run_anyway(cfg: DictConfig, memory: dict) -> bool:
 def _launch(cfg: DictConfig, run_dir: Path, plan, hydra_cfg, sweeping: bool) -> float:
     """Start this node's share (or submit the SLURM job), wait for it, conclude and report."""
     if cfg.preflight.fitted:
-        rundir.write_summary(run_dir, preflight_fit=[{"key": k, "old": o, "new": n} for k, o, n in _fitted_changes(cfg)])
+        rundir.write_summary(
+            run_dir, preflight_fit=[{"key": k, "old": o, "new": n} for k, o, n in _fitted_changes(cfg)]
+        )
     node = plan.nodes[cfg.topology.node_rank]
     if cfg.resume:
         checkpoint = rundir.latest_checkpoint(run_dir)
@@ -220,14 +231,18 @@ def _fitted_changes(cfg: DictConfig) -> list[tuple[str, str, str]]:
     return [(item.split(": ", 1)[0], *item.split(": ", 1)[1].split(" -> ", 1)) for item in cfg.preflight.fitted]
 
 
-def check(cfg: DictConfig, run_dir: Path, gpus: int, explicit: set[str] = frozenset()) -> tuple[placement.Plan | None, list[Problem]]:
+def check(
+    cfg: DictConfig, run_dir: Path, gpus: int, explicit: set[str] = frozenset()
+) -> tuple[placement.Plan | None, list[Problem]]:
     """The launch plan for `cfg` and every problem with it, stage by stage: the config alone
     (config/checks.py), then what needs the plan (planning/checks.py), then - for action=run - this
     machine (launching/preflight.py). A stage runs when the keys it reads passed the stages before;
     every problem found is reported together. `explicit`: the keys the user set (for aliases).
     model=auto: the architecture numbers are read from config.json first, since every check reads them."""
     try:
-        OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves (${oc.env:...} of an unset variable does not)
+        OmegaConf.to_container(
+            cfg, resolve=True
+        )  # every interpolation resolves (${oc.env:...} of an unset variable does not)
     except OmegaConfBaseException as exc:
         return None, [errors.as_problem(exc)]
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit))
@@ -250,11 +265,17 @@ def explicit_keys(hydra_cfg) -> set[str]:
     """The keys this job's user set: on the command line, and in the experiment file it selected."""
     found = set(overrides.values(list(hydra_cfg.overrides.task)))
     name = hydra_cfg.runtime.choices.get("experiment")
-    sources = [CONF_DIR] + [Path(s.path.removeprefix("file://")) for s in hydra_cfg.runtime.config_sources if s.provider == "command-line"]
+    sources = [CONF_DIR] + [
+        Path(s.path.removeprefix("file://")) for s in hydra_cfg.runtime.config_sources if s.provider == "command-line"
+    ]
     for source in sources:
         path = source / "experiment" / f"{name}.yaml"
         if name and path.is_file():
-            found |= {k for k in _flat_keys(OmegaConf.to_container(OmegaConf.load(path))) if not k.startswith(("defaults", "hydra"))}
+            found |= {
+                k
+                for k in _flat_keys(OmegaConf.to_container(OmegaConf.load(path)))
+                if not k.startswith(("defaults", "hydra"))
+            }
     return found
 
 
@@ -287,7 +308,8 @@ def reused_run_dir(run_dir: Path) -> Problem | None:
     return Problem(
         "hydra.run.dir",
         f"{run_dir} already holds a run (status: {held.get('status')}); a run dir belongs to one run",
-        f"leave hydra.run.dir at its default (unique per run) or choose a new one; to continue that run: python -m grpo_exp resume={run_dir}",
+        "leave hydra.run.dir at its default (unique per run) or choose a new one; to continue that run: python -m "
+        f"grpo_exp resume={run_dir}",
     )
 
 

@@ -66,16 +66,27 @@ def driver_env(model_cache: Path, **extra: str) -> dict[str, str]:
 
 def run_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, timeout: int = 600):
     """`python -m grpo_exp <args>` to its end, as a user runs it: the CompletedProcess (text output)."""
-    return subprocess.run([sys.executable, "-m", "grpo_exp", *args], cwd=cwd, env=driver_env(model_cache, **(env or {})),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_exp", *args],
+        cwd=cwd,
+        env=driver_env(model_cache, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def start_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
     """`python -m grpo_exp <args>` in the background: the Popen, stdout and stderr merged into one text
     pipe unless `popen` says otherwise (a driver nobody reads for minutes needs DEVNULL: a full pipe blocks it)."""
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
-    return subprocess.Popen([sys.executable, "-m", "grpo_exp", *args], cwd=cwd, env=driver_env(model_cache, **(env or {})),
-                            text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpo_exp", *args],
+        cwd=cwd,
+        env=driver_env(model_cache, **(env or {})),
+        text=True,
+        **popen,
+    )
 
 
 @pytest.fixture
@@ -85,7 +96,9 @@ def cli(model_cache, tmp_path):
     def run(*overrides: str, run_dir: Path | None = None, timeout: int = 600, multirun: bool = False):
         run_dir = run_dir or tmp_path / "run"
         where = [f"hydra.sweep.dir={run_dir}"] if multirun else [f"hydra.run.dir={run_dir}"]
-        return run_driver(tmp_path, model_cache, *(["-m"] if multirun else []), *overrides, *where, timeout=timeout), run_dir
+        return run_driver(
+            tmp_path, model_cache, *(["-m"] if multirun else []), *overrides, *where, timeout=timeout
+        ), run_dir
 
     return run
 
@@ -130,8 +143,13 @@ def training_run(background_driver, tmp_path):
     from grpo_exp.core import rundir
 
     run_dir = tmp_path / "run"
-    driver = background_driver("logger=none", "trainer.max_steps=10000", f"hydra.run.dir={run_dir}",
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    driver = background_driver(
+        "logger=none",
+        "trainer.max_steps=10000",
+        f"hydra.run.dir={run_dir}",
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 180
     while not rundir.read_metrics(run_dir) and time.time() < deadline:
         time.sleep(0.5)
@@ -163,9 +181,19 @@ def saved_models(tmp_path_factory, model_cache) -> dict[str, Path]:
     out = {}
     for name, (config_cls, model_cls, extra) in SAVED_ARCHITECTURES.items():
         config = getattr(transformers, config_cls)(
-            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=16, max_position_embeddings=512, tie_word_embeddings=False,
-            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **extra,
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            max_position_embeddings=512,
+            tie_word_embeddings=False,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=None,
+            **extra,
         )
         torch.manual_seed(0)
         getattr(transformers, model_cls)(config).save_pretrained(root / name)

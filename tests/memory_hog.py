@@ -1,10 +1,17 @@
-"""Reward functions for the tests: one that asks for too much memory, one that hangs, one that records the columns it gets."""
+"""Reward functions for the tests: one that asks for too much memory, one that hangs, one that records
+the columns it gets."""
 
 import os
 
 
-def memory_hog(completions, prompts=None, gib: float = 8.0, gib_per_unit: float | None = None,
-               only_rank: int | None = None, **kwargs) -> list[float]:
+def memory_hog(
+    completions,
+    prompts=None,
+    gib: float = 8.0,
+    gib_per_unit: float | None = None,
+    only_rank: int | None = None,
+    **kwargs,
+) -> list[float]:
     """Asks for `gib`, or `gib_per_unit` x batch x num_generations (a unit per completion, times
     completions per prompt), so a grid over batch and num_generations OOMs exactly where wanted."""
     import torch

@@ -17,27 +17,54 @@ BAD_INPUTS = {
     "unknown key added with +": (["+trainer.foo=1"], "trainer.foo: unknown key", "--cfg job"),
     "owned GRPOConfig field": (["trainer.output_dir=/x"], "trainer.output_dir: grpo_exp sets", "hydra.run.dir"),
     "out of range": (["trainer.temperature=-0.5"], "trainer.temperature: is -0.5", "> 0"),
-    "prompt column missing": (["data=jsonl", f"data.path={FIXTURES}/gsm8k_sample.jsonl", "data.prompt_column=nope"], "data.prompt_column: 'nope' is not a column", "question"),
+    "prompt column missing": (
+        ["data=jsonl", f"data.path={FIXTURES}/gsm8k_sample.jsonl", "data.prompt_column=nope"],
+        "data.prompt_column: 'nope' is not a column",
+        "question",
+    ),
     "unknown root key": (["+foo=1"], "foo: unknown key", "trainer"),
     "wrong type": (["trainer.learning_rate=abc"], "trainer.learning_rate: Value 'abc'", "takes a Float"),
     "wrong type, list for int": (["trainer.num_generations=[1,2]"], "trainer.num_generations:", "takes a"),
     "override syntax": (["trainer=["], "trainer=[: not a valid override", "key=value"),
     "missing required path": (["data=jsonl"], "data.path: is required", "data.path="),
-    "nonexistent data file": (["data=jsonl", "data.path=/nonexistent/x.jsonl"], "data.path: file /nonexistent/x.jsonl does not exist", "existing"),
-    "nonexistent data dir": (["data=hf", "data.path=./no_such_dir"], "data.path: no_such_dir does not exist", "hub dataset id"),
-    "model dir without config.json": (["model.name_or_path=/tmp"], "model.name_or_path: /tmp is not a saved HF model", "save_pretrained"),
+    "nonexistent data file": (
+        ["data=jsonl", "data.path=/nonexistent/x.jsonl"],
+        "data.path: file /nonexistent/x.jsonl does not exist",
+        "existing",
+    ),
+    "nonexistent data dir": (
+        ["data=hf", "data.path=./no_such_dir"],
+        "data.path: no_such_dir does not exist",
+        "hub dataset id",
+    ),
+    "model dir without config.json": (
+        ["model.name_or_path=/tmp"],
+        "model.name_or_path: /tmp is not a saved HF model",
+        "save_pretrained",
+    ),
     "bad choice": (["vllm.mode=sometimes"], "vllm.mode: 'sometimes' is not a valid option", "colocate"),
     "bad dtype": (["model.dtype=fp8"], "model.dtype: 'fp8' is not a valid option", "bfloat16"),
     "num_generations < 2": (["trainer.num_generations=1"], "trainer.num_generations: is 1", "in [2, 65536]"),
     "batch not divisible": (["trainer.num_generations=3"], "does not divide the generation batch 8", "[2, 4, 8]"),
-    "reward weights length": (["trainer.reward_weights=[1.0]"], "trainer.reward_weights: has 1 weights for 3", "one weight per"),
-    "reward target": (["data.rewards.correctness._target_=grpo_exp.training.rewards.nope"], "data.rewards.correctness._target_", "importable"),
+    "reward weights length": (
+        ["trainer.reward_weights=[1.0]"],
+        "trainer.reward_weights: has 1 weights for 3",
+        "one weight per",
+    ),
+    "reward target": (
+        ["data.rewards.correctness._target_=grpo_exp.training.rewards.nope"],
+        "data.rewards.correctness._target_",
+        "importable",
+    ),
     "lora target module": (["peft=lora", "peft.target_modules=[qproj]"], "peft.target_modules: ['qproj']", "q_proj"),
     "vllm on CPU": (["vllm=colocate"], "vllm.mode: 'colocate' needs a CUDA GPU", "vllm=off"),
     "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "action=plan"),
     "bad launcher": (["launcher.name=k8s"], "launcher.name: 'k8s' is not a valid option", "slurm"),
-    "several unknown keys, each with its home": (["trainer.max_prompt_length=512", "trainer.torch_dtype=bfloat16", "trainer.temperature=0"],
-                                                 "trainer.max_prompt_length: is not a grpo_exp key", "use model.dtype"),
+    "several unknown keys, each with its home": (
+        ["trainer.max_prompt_length=512", "trainer.torch_dtype=bfloat16", "trainer.temperature=0"],
+        "trainer.max_prompt_length: is not a grpo_exp key",
+        "use model.dtype",
+    ),
     "a group given no option": (["model=null"], "model: needs an option name", "model=<option>"),
 }
 
@@ -53,7 +80,13 @@ def test_bad_input_names_key_and_fix(overrides, message, fix):
     assert message in report and fix in report, report
 
 
-CONTRACT = ["unknown key", "out of range", "prompt column missing", "override syntax", "several unknown keys, each with its home"]
+CONTRACT = [
+    "unknown key",
+    "out of range",
+    "prompt column missing",
+    "override syntax",
+    "several unknown keys, each with its home",
+]
 
 
 @pytest.mark.parametrize("case", CONTRACT)

@@ -18,18 +18,34 @@ CASES = [(g, o) for g in GROUPS for o in group_options(g)]
 # Model options differ only in architecture numbers (test_model_numbers_match_transformers_parameter_count
 # checks each): the fast lane builds three, `make test` all.
 FAST_MODELS = {"tiny", "auto", "qwen7b"}
-MATRIX = [pytest.param(g, o, id=f"{g}={o}", marks=[pytest.mark.slow] if g == "model" and o not in FAST_MODELS else []) for g, o in CASES]
+MATRIX = [
+    pytest.param(g, o, id=f"{g}={o}", marks=[pytest.mark.slow] if g == "model" and o not in FAST_MODELS else [])
+    for g, o in CASES
+]
 
 
 def test_every_group_has_options():
     assert {g: len(group_options(g)) for g in GROUPS} == {
-        "model": 15, "data": 4, "trainer": 1, "vllm": 3, "deepspeed": 6, "peft": 3, "topology": 8, "logger": 2, "launcher": 2, "experiment": 1,
+        "model": 15,
+        "data": 4,
+        "trainer": 1,
+        "vllm": 3,
+        "deepspeed": 6,
+        "peft": 3,
+        "topology": 8,
+        "logger": 2,
+        "launcher": 2,
+        "experiment": 1,
     }
 
 
 @pytest.mark.parametrize("group,option", MATRIX)
 def test_option_composes_and_builds(group, option, tmp_path, request):
-    extra = ["data.path=tests/fixtures/gsm8k_sample.jsonl"] if (group, option) in (("data", "jsonl"), ("data", "hf")) else []
+    extra = (
+        ["data.path=tests/fixtures/gsm8k_sample.jsonl"]
+        if (group, option) in (("data", "jsonl"), ("data", "hf"))
+        else []
+    )
     if (group, option) == ("model", "auto"):
         extra.append(f"model.name_or_path={request.getfixturevalue('saved_models')['mistral']}")
     cfg = compose_cfg(f"{group}={option}", *extra)
@@ -38,7 +54,10 @@ def test_option_composes_and_builds(group, option, tmp_path, request):
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     assert args.num_generations == cfg.trainer.num_generations
     extra = cfg.trainer.model_init_kwargs
-    assert args.model_init_kwargs == {**(OmegaConf.to_container(extra) if extra is not None else {}), "dtype": cfg.model.dtype}
+    assert args.model_init_kwargs == {
+        **(OmegaConf.to_container(extra) if extra is not None else {}),
+        "dtype": cfg.model.dtype,
+    }
     assert args.use_vllm == (cfg.vllm.mode != "off")
     if cfg.vllm.mode != "off":
         assert args.vllm_mode == cfg.vllm.mode
@@ -51,7 +70,9 @@ def test_option_composes_and_builds(group, option, tmp_path, request):
     assert (lora is not None) == cfg.peft.enabled
     if lora is not None:
         assert lora.r == cfg.peft.r and set(lora.target_modules) == set(cfg.peft.target_modules)
-    assert [f.__name__ for f in build.reward_funcs(cfg)] == [n._target_.rsplit(".", 1)[-1] for n in active_rewards(cfg.data).values()]
+    assert [f.__name__ for f in build.reward_funcs(cfg)] == [
+        n._target_.rsplit(".", 1)[-1] for n in active_rewards(cfg.data).values()
+    ]
 
 
 def _grpo_fields():
@@ -67,7 +88,9 @@ def test_generated_schema_matches_the_installed_trl():
 
 
 def test_every_grpo_config_field_is_settable_or_owned():
-    ours = {f.name for f in dataclasses.fields(TrainerConfig)} | {f"vllm_{f.name}" for f in dataclasses.fields(VllmConfig)}
+    ours = {f.name for f in dataclasses.fields(TrainerConfig)} | {
+        f"vllm_{f.name}" for f in dataclasses.fields(VllmConfig)
+    }
     for name in _grpo_fields():
         assert name in ours or name in OWNED_TRAINER_FIELDS, f"GRPOConfig.{name} can neither be set nor is owned"
     for name in OWNED_TRAINER_FIELDS:
@@ -89,7 +112,9 @@ def test_trainer_defaults_are_trls_except_the_yaml_deltas():
         default = getattr(default, "value", default)  # enum defaults are their string
         assert trainer[name] == default, (name, trainer[name], default)
     assert yaml_keys <= set(trainer)
-    assert GRPOConfig.__dataclass_fields__["learning_rate"].default != trainer["learning_rate"]  # a delta, stated in the YAML
+    assert (
+        GRPOConfig.__dataclass_fields__["learning_rate"].default != trainer["learning_rate"]
+    )  # a delta, stated in the YAML
 
 
 def test_vllm_keys_are_grpo_config_vllm_fields_without_prefix():
@@ -104,14 +129,27 @@ def test_vllm_keys_are_grpo_config_vllm_fields_without_prefix():
     cfg = compose_cfg("vllm=server")
     mapped = build.vllm_fields(cfg)
     expected = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in own}
-    assert mapped == {"use_vllm": True, "vllm_mode": "server", **expected, "vllm_server_host": "127.0.0.1"}  # null = node 0
+    assert mapped == {
+        "use_vllm": True,
+        "vllm_mode": "server",
+        **expected,
+        "vllm_server_host": "127.0.0.1",
+    }  # null = node 0
 
 
 def test_any_grpo_config_field_reaches_grpo_config(tmp_path):
-    cfg = compose_cfg("trainer.epsilon_high=0.28", "trainer.min_p=0.05", "trainer.save_total_limit=2",
-                      "trainer.lr_scheduler_kwargs={num_cycles:2}", "trainer.generation_kwargs={stop:[x]}",
-                      "trainer.beta=0.04", "trainer.sync_ref_model=true", "vllm=colocate", "vllm.importance_sampling_clip_max=2.5",
-                      "trainer.model_init_kwargs={attn_implementation:eager}")
+    cfg = compose_cfg(
+        "trainer.epsilon_high=0.28",
+        "trainer.min_p=0.05",
+        "trainer.save_total_limit=2",
+        "trainer.lr_scheduler_kwargs={num_cycles:2}",
+        "trainer.generation_kwargs={stop:[x]}",
+        "trainer.beta=0.04",
+        "trainer.sync_ref_model=true",
+        "vllm=colocate",
+        "vllm.importance_sampling_clip_max=2.5",
+        "trainer.model_init_kwargs={attn_implementation:eager}",
+    )
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     assert (args.epsilon_high, args.min_p, args.save_total_limit, args.sync_ref_model) == (0.28, 0.05, 2, True)
     assert args.lr_scheduler_kwargs == {"num_cycles": 2} and args.generation_kwargs == {"stop": ["x"]}
@@ -141,9 +179,20 @@ def test_model_numbers_match_transformers_parameter_count(option):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     m = compose_cfg(f"model={option}").model
-    arch = {k: m[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-                              "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings",
-                              "max_position_embeddings")}
+    arch = {
+        k: m[k]
+        for k in (
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "vocab_size",
+            "tie_word_embeddings",
+            "max_position_embeddings",
+        )
+    }
     config = AutoConfig.for_model(m.model_type, **arch)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

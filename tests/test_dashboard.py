@@ -18,7 +18,14 @@ NOT_ON_CPU = (*dashboard.GPU_STATS, "/vllm/", "weight_sync")
 def cpu_run(tmp_path_factory, model_cache):
     """One real 2-rank run with W&B offline and a reference model (so the score phase runs)."""
     tmp = tmp_path_factory.mktemp("dash")
-    result = run_driver(tmp, model_cache, "logger.mode=offline", "trainer.max_steps=2", "trainer.beta=0.04", f"hydra.run.dir={tmp / 'run'}")
+    result = run_driver(
+        tmp,
+        model_cache,
+        "logger.mode=offline",
+        "trainer.max_steps=2",
+        "trainer.beta=0.04",
+        f"hydra.run.dir={tmp / 'run'}",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result, tmp / "run"
 
@@ -41,8 +48,13 @@ def test_dry_run_spec_is_wandbs_own_model(tmp_path):
 def test_every_panel_names_a_metric_real_runs_log(cpu_run, tmp_path):
     _, run_dir = cpu_run
     logged = wandb_file.read_run(wandb_file.find_run_file(run_dir))
+
     def flat(node, prefix=""):  # W&B shows nested config as dotted keys (trainer.num_generations)
-        return {k2 for k, v in node.items() for k2 in (flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}"})}
+        return {
+            k2
+            for k, v in node.items()
+            for k2 in (flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}"})
+        }
 
     keys = {k for row in logged.history for k in row} | set(logged.summary) | flat(logged.config)
     spec = dashboard.spec("grpo_exp", "entity", None, with_report=False)
@@ -65,30 +77,56 @@ def test_quiet_console_and_the_run_report(cpu_run):
     assert "'loss'" in log  # TRL's metric dicts: train.log only
     summary = rundir.read_summary(run_dir)
     rows = {(role, phase): (measured, planned) for role, phase, measured, planned, _ in report.memory_rows(summary)}
-    assert rows[("train", "train")] == (f"{summary['memory/peak_phase/train/host_rss_max_gib']:.2f}", f"{summary['plan/train/phases/train_gib']:.2f}")
+    assert rows[("train", "train")] == (
+        f"{summary['memory/peak_phase/train/host_rss_max_gib']:.2f}",
+        f"{summary['plan/train/phases/train_gib']:.2f}",
+    )
     assert "reward" in report.headline(summary)[0] and "->" in report.headline(summary)[0]
 
 
 def test_report_of_an_oom():
-    summary = {"status": "oom", "exit_code": 4, "oom": {"phase": "reward", "rank": 1, "kind": "host", "requested_bytes": 8 * 2**30}}
+    summary = {
+        "status": "oom",
+        "exit_code": 4,
+        "oom": {"phase": "reward", "rank": 1, "kind": "host", "requested_bytes": 8 * 2**30},
+    }
     assert "OOM in phase reward on rank 1 (host): 8.00 GiB requested" in report.headline(summary)
 
 
 @pytest.mark.e2e
 def test_full_console_shows_everything(tmp_path, model_cache):
-    result = run_driver(tmp_path, model_cache, "logger=none", "topology.cpu_procs=1", "trainer.max_steps=1", "logger.console=full",
-                        f"hydra.run.dir={tmp_path / 'run'}")
+    result = run_driver(
+        tmp_path,
+        model_cache,
+        "logger=none",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=1",
+        "logger.console=full",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert result.returncode == 0 and "'loss'" in result.stdout
 
 
 def test_planning_sweep_ends_with_a_table_and_a_heatmap(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_driver(tmp_path, tmp_path, "-m", "action=plan", "model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=1,4,16",
-                        "trainer.num_generations=4,8", "trainer.max_completion_length=1024", f"hydra.sweep.dir={sweep}")
+    result = run_driver(
+        tmp_path,
+        tmp_path,
+        "-m",
+        "action=plan",
+        "model=qwen7b",
+        "topology=1x8",
+        "trainer.per_device_train_batch_size=1,4,16",
+        "trainer.num_generations=4,8",
+        "trainer.max_completion_length=1024",
+        f"hydra.sweep.dir={sweep}",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     runs = compare.load_local(sweep)
     assert len(runs) == 6 and all(r.status == "planned" for r in runs)
-    assert [r.path for r in runs] == [(sweep / str(i)).resolve() for i in range(6)]  # the table links each trial to its dir
+    assert [r.path for r in runs] == [
+        (sweep / str(i)).resolve() for i in range(6)
+    ]  # the table links each trial to its dir
     verdicts = [row["verdict"] for row in compare.rows(runs)]
     assert verdicts == ["fits", "fits", "OOM", "OOM", "OOM", "OOM"]
     assert all(row["top fix"] for row in compare.rows(runs) if row["verdict"] == "OOM")
@@ -99,7 +137,9 @@ def test_planning_sweep_ends_with_a_table_and_a_heatmap(tmp_path):
 
 def test_planning_frontier_launches_nothing(tmp_path):
     sweep = tmp_path / "frontier"
-    result = run_driver(tmp_path, tmp_path, "+sweep=frontier", "action=plan", "model=qwen7b", "topology=1x8", f"hydra.sweep.dir={sweep}")
+    result = run_driver(
+        tmp_path, tmp_path, "+sweep=frontier", "action=plan", "model=qwen7b", "topology=1x8", f"hydra.sweep.dir={sweep}"
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     frontier = json.loads((sweep / "frontier.json").read_text())
     assert frontier["frontier"] == {"4": 16, "8": 16}

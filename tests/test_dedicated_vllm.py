@@ -14,7 +14,15 @@ from grpo_exp.core import outcome, rundir
 from grpo_exp.launching.ports import free_port
 from tests.conftest import REPO, compose_cfg
 
-LAYOUT = ("model=qwen72b", "topology=4x8", "topology.nnodes=5", "deepspeed=zero3", "vllm=server", "vllm.nodes=1", "action=plan")
+LAYOUT = (
+    "model=qwen72b",
+    "topology=4x8",
+    "topology.nnodes=5",
+    "deepspeed=zero3",
+    "vllm=server",
+    "vllm.nodes=1",
+    "action=plan",
+)
 
 
 def plan_for(*overrides):
@@ -30,18 +38,26 @@ def test_the_last_node_serves_with_data_parallel_engines(tp, engines):
     assert plan.vllm == {"mode": "server", "server_node": 4, "nodes": 1, "gpus": 8, "tensor_parallel_size": tp}
     serving = plan.nodes[4]
     assert serving.vllm_gpus == list(range(8)) and "train" not in serving.commands
-    assert f"--tensor_parallel_size={tp}" in serving.commands["vllm"] and f"--data_parallel_size={engines}" in serving.commands["vllm"]
+    assert (
+        f"--tensor_parallel_size={tp}" in serving.commands["vllm"]
+        and f"--data_parallel_size={engines}" in serving.commands["vllm"]
+    )
     for node in plan.nodes[:4]:  # training nodes: every GPU, a 4-node training world
-        assert node.train_gpus == list(range(8)) and "--nnodes=4" in node.commands["train"] and "vllm" not in node.commands
+        assert (
+            node.train_gpus == list(range(8)) and "--nnodes=4" in node.commands["train"] and "vllm" not in node.commands
+        )
 
 
-@pytest.mark.parametrize("overrides,key,why", [
-    (("vllm.nodes=2", "topology.nnodes=6"), "vllm.nodes", "talks to one server"),
-    (("topology.nnodes=1",), "vllm.nodes", "leaves no node to train"),
-    (("vllm.tensor_parallel_size=3",), "vllm.tensor_parallel_size", "does not divide the serving node's 8 GPUs"),
-    (("vllm.gpus=2",), "vllm.gpus", "serves on all its 8 GPUs"),
-    (("vllm=colocate",), "vllm.nodes", "dedicated serving nodes run `trl vllm-serve`"),
-])
+@pytest.mark.parametrize(
+    "overrides,key,why",
+    [
+        (("vllm.nodes=2", "topology.nnodes=6"), "vllm.nodes", "talks to one server"),
+        (("topology.nnodes=1",), "vllm.nodes", "leaves no node to train"),
+        (("vllm.tensor_parallel_size=3",), "vllm.tensor_parallel_size", "does not divide the serving node's 8 GPUs"),
+        (("vllm.gpus=2",), "vllm.gpus", "serves on all its 8 GPUs"),
+        (("vllm=colocate",), "vllm.nodes", "dedicated serving nodes run `trl vllm-serve`"),
+    ],
+)
 def test_invalid_serving_layouts_are_named(overrides, key, why):
     _, problems = plan_for(*LAYOUT, *overrides)
     assert any(p.key == key and why in p.why for p in problems), problems
@@ -55,14 +71,29 @@ def test_launcher_local_needs_the_serving_nodes_address():
 @pytest.fixture
 def nodes(background_driver, tmp_path):
     """Start a node's driver: nodes(rank, *overrides) -> Popen. Node 1 serves, node 0 trains."""
-    ports = [f"topology.master_port={free_port()}", f"vllm.server_port={free_port()}", f"vllm.group_port={free_port()}",
-             f"vllm.agent_port={free_port()}"]
+    ports = [
+        f"topology.master_port={free_port()}",
+        f"vllm.server_port={free_port()}",
+        f"vllm.group_port={free_port()}",
+        f"vllm.agent_port={free_port()}",
+    ]
     standin = f"vllm.standin='{sys.executable} {REPO / 'tests' / 'standin_vllm.py'}'"
 
     def start(rank, *overrides):
-        return background_driver("logger=none", "topology=cpu2x1", f"topology.node_rank={rank}", "vllm=server", "vllm.nodes=1",
-                                 "vllm.server_host=127.0.0.1", "vllm.server_timeout=60", "trainer.max_steps=2", *ports,
-                                 f"hydra.run.dir={tmp_path / 'run'}", standin, *overrides)
+        return background_driver(
+            "logger=none",
+            "topology=cpu2x1",
+            f"topology.node_rank={rank}",
+            "vllm=server",
+            "vllm.nodes=1",
+            "vllm.server_host=127.0.0.1",
+            "vllm.server_timeout=60",
+            "trainer.max_steps=2",
+            *ports,
+            f"hydra.run.dir={tmp_path / 'run'}",
+            standin,
+            *overrides,
+        )
 
     return start
 

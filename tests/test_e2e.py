@@ -74,7 +74,9 @@ def test_deepspeed_zero_on_two_processes(cli, stage):
 
 
 def test_lora_trains_only_adapters(cli):
-    result, run_dir = cli("logger=none", "peft=lora", "topology.cpu_procs=1", f"trainer.max_steps={STEPS}", "trainer.beta=0.04")
+    result, run_dir = cli(
+        "logger=none", "peft=lora", "topology.cpu_procs=1", f"trainer.max_steps={STEPS}", "trainer.beta=0.04"
+    )
     summary = assert_trained(result, run_dir)
     runtime = summary["runtime"]
     assert runtime["wrapper"].startswith("PeftModel")
@@ -86,8 +88,13 @@ def test_lora_trains_only_adapters(cli):
 def test_gsm8k_from_local_file_drops_long_prompts(cli):
     fixture = os.path.join(os.path.dirname(__file__), "fixtures", "gsm8k_sample.jsonl")
     result, run_dir = cli(
-        "logger=none", "data=gsm8k", f"data.path={fixture}", "data.max_prompt_length=200",
-        "topology.cpu_procs=1", "trainer.per_device_train_batch_size=2", "trainer.num_generations=2",
+        "logger=none",
+        "data=gsm8k",
+        f"data.path={fixture}",
+        "data.max_prompt_length=200",
+        "topology.cpu_procs=1",
+        "trainer.per_device_train_batch_size=2",
+        "trainer.num_generations=2",
         f"trainer.max_steps={STEPS}",
     )
     assert_trained(result, run_dir)
@@ -100,8 +107,16 @@ def test_gsm8k_from_local_file_drops_long_prompts(cli):
 def test_too_few_prompts_after_filtering_fail_the_run_instead_of_training_0_steps(cli):
     """The driver counts the file's 8 rows; only the worker knows that data.max_prompt_length keeps 1."""
     fixture = os.path.join(os.path.dirname(__file__), "fixtures", "gsm8k_sample.jsonl")
-    result, run_dir = cli("logger=none", "data=gsm8k", f"data.path={fixture}", "data.max_prompt_length=155", "topology.cpu_procs=1",
-                          "trainer.per_device_train_batch_size=4", "trainer.num_generations=2", f"trainer.max_steps={STEPS}")
+    result, run_dir = cli(
+        "logger=none",
+        "data=gsm8k",
+        f"data.path={fixture}",
+        "data.max_prompt_length=155",
+        "topology.cpu_procs=1",
+        "trainer.per_device_train_batch_size=4",
+        "trainer.num_generations=2",
+        f"trainer.max_steps={STEPS}",
+    )
     summary = rundir.read_summary(run_dir)
     assert result.returncode == 1 and summary["status"] == "failed" and summary.get("global_step", 0) == 0
     assert "after loading and filtering holds 1 prompts, too few" in summary["error"]
@@ -109,7 +124,11 @@ def test_too_few_prompts_after_filtering_fail_the_run_instead_of_training_0_step
 
 def test_multirun_sweeps_two_jobs(cli):
     result, sweep_dir = cli(
-        "logger=none", "topology.cpu_procs=1", "trainer.max_steps=1", "trainer.num_generations=2,4", multirun=True,
+        "logger=none",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=1",
+        "trainer.num_generations=2,4",
+        multirun=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     for job, generations in (("0", 2), ("1", 4)):
@@ -137,7 +156,9 @@ def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
 def test_signal_to_driver_saves_a_checkpoint_and_ends_every_process(training_run, sig):
     """A stopped run is preempted, not lost: both ranks agree on a step, save it, and end."""
     driver, run_dir, processes = training_run
-    ranks = [p for p in processes if "grpo_exp.training.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()]
+    ranks = [
+        p for p in processes if "grpo_exp.training.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
+    ]
     assert len(ranks) == 2  # plus torchrun's agent
     driver.send_signal(sig)
     assert driver.wait(timeout=90) == outcome.EXIT_PREEMPTED

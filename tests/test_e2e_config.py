@@ -11,8 +11,13 @@ from grpo_exp.results import wandb_file
 
 pytestmark = pytest.mark.e2e
 ONE_STEP = ("topology.cpu_procs=1", "trainer.max_steps=1")
-EXTRA_FIELDS = ("trainer.save_total_limit=2", "trainer.epsilon_high=0.28", "trainer.min_p=0.05", "trainer.beta=0.04",
-                "trainer.sync_ref_model=true")
+EXTRA_FIELDS = (
+    "trainer.save_total_limit=2",
+    "trainer.epsilon_high=0.28",
+    "trainer.min_p=0.05",
+    "trainer.beta=0.04",
+    "trainer.sync_ref_model=true",
+)
 
 
 def assert_completed(result, run_dir, steps=1) -> dict:
@@ -27,7 +32,13 @@ def test_any_grpo_config_field_reaches_the_workers_grpo_config(cli):
     assert_completed(result, run_dir)
     # transformers' WandbCallback logs the GRPOConfig the worker built (args.to_dict()) into the run's config
     built = wandb_file.read_run(wandb_file.find_run_file(run_dir)).config
-    assert (built["save_total_limit"], built["epsilon_high"], built["min_p"], built["beta"], built["sync_ref_model"]) == (2, 0.28, 0.05, 0.04, True)
+    assert (
+        built["save_total_limit"],
+        built["epsilon_high"],
+        built["min_p"],
+        built["beta"],
+        built["sync_ref_model"],
+    ) == (2, 0.28, 0.05, 0.04, True)
     assert built["learning_rate"] == 1e-05 and built["optim"] == "adamw_torch_fused"  # grpo.yaml's delta; TRL's default
 
 
@@ -56,8 +67,14 @@ def test_data_hf_trains_with_renamed_columns_and_rewards_get_every_column(cli, t
     {"parquet": ds.to_parquet, "csv": lambda p: ds.to_csv(p, index=False), "save_to_disk": ds.save_to_disk}[fmt](path)
     seen = tmp_path / "seen.jsonl"
     result, run_dir = cli(
-        *ONE_STEP, "logger=none", "data=hf", f"data.path={path}", "data.prompt_column=question", "data.answer_column=solution",
-        "+data.rewards.probe._target_=tests.memory_hog.record_columns", f"+data.rewards.probe.out={seen}",
+        *ONE_STEP,
+        "logger=none",
+        "data=hf",
+        f"data.path={path}",
+        "data.prompt_column=question",
+        "data.answer_column=solution",
+        "+data.rewards.probe._target_=tests.memory_hog.record_columns",
+        f"+data.rewards.probe.out={seen}",
     )
     assert_completed(result, run_dir)
     calls = [json.loads(line) for line in seen.read_text().splitlines()]
@@ -68,8 +85,16 @@ def test_data_hf_trains_with_renamed_columns_and_rewards_get_every_column(cli, t
 
 
 def test_plain_text_prompts_train(cli, tmp_path):
-    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": f"{a} plus {a} is", "answer": str(2 * a)}) + "\n" for a in range(16)))
-    result, run_dir = cli(*ONE_STEP, "logger=none", "data=hf", f"data.path={tmp_path / 'd.jsonl'}", "data.prompt_column=text",
-                          "data.conversational=false")
+    (tmp_path / "d.jsonl").write_text(
+        "".join(json.dumps({"text": f"{a} plus {a} is", "answer": str(2 * a)}) + "\n" for a in range(16))
+    )
+    result, run_dir = cli(
+        *ONE_STEP,
+        "logger=none",
+        "data=hf",
+        f"data.path={tmp_path / 'd.jsonl'}",
+        "data.prompt_column=text",
+        "data.conversational=false",
+    )
     assert_completed(result, run_dir)
     assert "columns ['prompt', 'answer']" in (run_dir / rundir.LOG).read_text()

@@ -32,7 +32,9 @@ def test_two_rank_run_logs_per_phase_peaks_everywhere(cli):
     assert wandb_run.summary["status"] == "completed"
     assert wandb_run.summary["memory/peak/train/host_rss_max_gib"] == run_peak
     logged = [row for row in wandb_run.history if "train/memory/train/host_rss_max_gib" in row]
-    assert [row["train/memory/train/host_rss_max_gib"] for row in logged] == [m["memory/train/host_rss_max_gib"] for m in metrics]
+    assert [row["train/memory/train/host_rss_max_gib"] for row in logged] == [
+        m["memory/train/host_rss_max_gib"] for m in metrics
+    ]
     assert "model:tiny" in wandb_run.tags and wandb_run.group == "default"
     assert wandb_run.config["trainer"]["beta"] == 0.04 and "trainer.beta=0.04" in wandb_run.config["overrides"]
 
@@ -67,8 +69,15 @@ def test_forced_oom_on_one_rank_is_a_result(cli):
 def test_on_oom_fit_turns_a_predicted_oom_into_a_run_that_completes(cli, tmp_path):
     """2048 completions per micro-batch under a 3 GiB cap: predicted OOM, and it does run out of
     memory when run anyway; preflight.on_oom=fit keeps 2048 per optimizer step (512 x 4) and completes."""
-    big = ["trainer.per_device_train_batch_size=2048", "trainer.num_generations=4", "topology.cpu_procs=1",
-           "memory.limit_gib=3", "data.num_samples=1024", "trainer.max_steps=1", "logger=none"]
+    big = [
+        "trainer.per_device_train_batch_size=2048",
+        "trainer.num_generations=4",
+        "topology.cpu_procs=1",
+        "memory.limit_gib=3",
+        "data.num_samples=1024",
+        "trainer.max_steps=1",
+        "logger=none",
+    ]
     anyway, oom_dir = cli(*big, "preflight.on_oom=warn", run_dir=tmp_path / "anyway")
     assert anyway.returncode == outcome.EXIT_OOM, anyway.stdout[-2000:] + anyway.stderr[-2000:]
     result, run_dir = cli(*big, "preflight.on_oom=fit", run_dir=tmp_path / "fitted")
@@ -78,7 +87,10 @@ def test_on_oom_fit_turns_a_predicted_oom_into_a_run_that_completes(cli, tmp_pat
     trainer = rundir.load_config(run_dir / rundir.CONFIG).trainer
     assert trainer.per_device_train_batch_size * trainer.gradient_accumulation_steps == 2048
     assert trainer.per_device_train_batch_size < 2048
-    assert {c["key"] for c in summary["preflight_fit"]} == {"trainer.per_device_train_batch_size", "trainer.gradient_accumulation_steps"}
+    assert {c["key"] for c in summary["preflight_fit"]} == {
+        "trainer.per_device_train_batch_size",
+        "trainer.gradient_accumulation_steps",
+    }
     assert "preflight.on_oom=fit" in result.stderr + result.stdout
 
 
@@ -89,24 +101,53 @@ def test_calibrate_fits_factors_from_cpu_runs_and_the_planner_uses_them(cli, tmp
     import subprocess
     import sys
 
-    result, sweep_dir = cli("logger=none", "topology.cpu_procs=1", "trainer.max_steps=1", "trainer.num_generations=4",
-                            "trainer.per_device_train_batch_size=16,128", "trainer.max_completion_length=16,64", multirun=True)
+    result, sweep_dir = cli(
+        "logger=none",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=1",
+        "trainer.num_generations=4",
+        "trainer.per_device_train_batch_size=16,128",
+        "trainer.max_completion_length=16,64",
+        multirun=True,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "calibration.json"
-    calibrated = subprocess.run([sys.executable, "-m", "grpo_exp.calibrate", str(sweep_dir), "--out", str(out)], capture_output=True, text=True)
+    calibrated = subprocess.run(
+        [sys.executable, "-m", "grpo_exp.calibrate", str(sweep_dir), "--out", str(out)], capture_output=True, text=True
+    )
     assert calibrated.returncode == 0, calibrated.stderr
     data = json.loads(out.read_text())
     assert data["device"] == "cpu" and data["stat"] == "host_rss_max" and len(data["runs"]) == 4
     before = sum(abs(r["error_before_pct"]) for r in data["runs"]) / 4
     after = sum(abs(r["error_after_pct"]) for r in data["runs"]) / 4
     assert after < before / 2 and after < 10, data  # measured: 45-67% before, within 3.2% after
-    table = subprocess.run([sys.executable, "-m", "grpo_exp.compare", str(sweep_dir), "--calibration", str(out), "--out", str(tmp_path / "cmp")],
-                           capture_output=True, text=True)
+    table = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpo_exp.compare",
+            str(sweep_dir),
+            "--calibration",
+            str(out),
+            "--out",
+            str(tmp_path / "cmp"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert table.returncode == 0 and "calibrated" in table.stdout, table.stderr  # the column: error after the factors
     plain, plain_dir = cli("action=plan", "trainer.per_device_train_batch_size=64", run_dir=tmp_path / "plain")
-    used, used_dir = cli("action=plan", "trainer.per_device_train_batch_size=64", f"preflight.calibration={out}", run_dir=tmp_path / "used")
+    used, used_dir = cli(
+        "action=plan",
+        "trainer.per_device_train_batch_size=64",
+        f"preflight.calibration={out}",
+        run_dir=tmp_path / "used",
+    )
     assert plain.returncode == used.returncode == 0, used.stderr
-    peak = lambda d: json.loads((d / rundir.PLAN).read_text())["train"]["peak_gib"]  # noqa: E731
+
+    def peak(d):
+        return json.loads((d / rundir.PLAN).read_text())["train"]["peak_gib"]
+
     assert peak(used_dir) != pytest.approx(peak(plain_dir), rel=1e-3)
     bad, _ = cli("action=plan", f"preflight.calibration={tmp_path / 'missing.json'}", run_dir=tmp_path / "bad")
     assert bad.returncode == 2 and "preflight.calibration" in bad.stderr

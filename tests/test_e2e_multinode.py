@@ -19,8 +19,14 @@ def node(background_driver, tmp_path):
 
     def start(rank: int, *overrides: str):
         shared = tmp_path / "run"  # one run dir on a "shared filesystem": node N > 0 writes under nodes/<N>/
-        proc = background_driver("logger=none", "topology=cpu2x1", f"topology.node_rank={rank}", f"topology.master_port={port}",
-                                 f"hydra.run.dir={shared}", *overrides)
+        proc = background_driver(
+            "logger=none",
+            "topology=cpu2x1",
+            f"topology.node_rank={rank}",
+            f"topology.master_port={port}",
+            f"hydra.run.dir={shared}",
+            *overrides,
+        )
         return proc, shared / rundir.node_subdir(rank)
 
     return start
@@ -37,7 +43,9 @@ def test_two_nodes_on_loopback_train_for_real(node):
     assert [m["step"] for m in rundir.read_metrics(dir0)] == [1, 2]
     assert rundir.read_summary(dir1)["status"] == "completed"
     assert "[rank1]" in (dir1 / rundir.LOG).read_text()  # node 1 ran global rank 1
-    assert dir1 == dir0 / "nodes" / "1" and (dir0 / ".hydra").is_dir() and (dir1 / ".hydra").is_dir()  # nothing shared, nothing overwritten
+    assert (
+        dir1 == dir0 / "nodes" / "1" and (dir0 / ".hydra").is_dir() and (dir1 / ".hydra").is_dir()
+    )  # nothing shared, nothing overwritten
     assert "[rank1]" not in (dir0 / rundir.LOG).read_text()
 
 
@@ -64,8 +72,11 @@ def test_a_node_that_never_arrives_is_named_after_the_timeout(node):
 
 def test_stalled_rank_dumps_stacks_and_fails(cli):
     result, run_dir = cli(
-        "logger=none", "watchdog.stall_s=8", "trainer.max_steps=3",
-        "+data.rewards.stuck._target_=tests.memory_hog.stuck", "+data.rewards.stuck.only_rank=1",
+        "logger=none",
+        "watchdog.stall_s=8",
+        "trainer.max_steps=3",
+        "+data.rewards.stuck._target_=tests.memory_hog.stuck",
+        "+data.rewards.stuck.only_rank=1",
     )
     assert result.returncode == 5
     summary = rundir.read_summary(run_dir)

@@ -18,8 +18,14 @@ STEPS = 16
 def preempted(background_driver, tmp_path):
     """A 1-rank run with W&B offline, saving every 4 steps, stopped by SIGTERM after step 6."""
     run_dir = tmp_path / "run"
-    driver = background_driver("topology.cpu_procs=1", "logger.mode=offline", f"trainer.max_steps={STEPS}",
-                               "trainer.save_strategy=steps", "trainer.save_steps=4", f"hydra.run.dir={run_dir}")
+    driver = background_driver(
+        "topology.cpu_procs=1",
+        "logger.mode=offline",
+        f"trainer.max_steps={STEPS}",
+        "trainer.save_strategy=steps",
+        "trainer.save_steps=4",
+        f"hydra.run.dir={run_dir}",
+    )
     deadline = time.time() + 180
     while len(rundir.read_metrics(run_dir)) < 6 and time.time() < deadline:
         time.sleep(0.2)
@@ -48,7 +54,9 @@ def test_preempted_run_resumes_to_the_final_step(preempted, model_cache, tmp_pat
     assert len(segments) == 2 and all(s.name.endswith(run_id) for s in segments)
     last = wandb_file.read_run(next(segments[-1].glob("run-*.wandb")))
     assert last.summary["status"] == "completed" and last.exit_code == 0
-    assert not list((tmp_path / "outputs").glob("*/*")) if (tmp_path / "outputs").exists() else True  # Hydra's own dir removed
+    assert (
+        not list((tmp_path / "outputs").glob("*/*")) if (tmp_path / "outputs").exists() else True
+    )  # Hydra's own dir removed
 
     again = run_driver(tmp_path, model_cache, f"resume={run_dir}")
     assert again.returncode == 0 and "already completed at step 16" in again.stdout + again.stderr
@@ -70,9 +78,19 @@ def test_resume_refuses_what_would_change_the_run(tmp_path, model_cache):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / rundir.CONFIG).write_text("model: {name: tiny}\n")
-    result = run_driver(tmp_path, model_cache, f"resume={run_dir}", "model=qwen7b", "trainer.per_device_train_batch_size=8", "trainer.max_steps=9")
+    result = run_driver(
+        tmp_path,
+        model_cache,
+        f"resume={run_dir}",
+        "model=qwen7b",
+        "trainer.per_device_train_batch_size=8",
+        "trainer.max_steps=9",
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "model: would change the run's shape" in result.stderr
-    assert "trainer.per_device_train_batch_size: would change" in result.stderr and "trainer.max_steps:" not in result.stderr
+    assert (
+        "trainer.per_device_train_batch_size: would change" in result.stderr
+        and "trainer.max_steps:" not in result.stderr
+    )
     result = run_driver(tmp_path, model_cache, f"resume={tmp_path / 'nothing'}")
     assert result.returncode == 2 and "resume: " in result.stderr and "not a grpo_exp run dir" in result.stderr

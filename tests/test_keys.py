@@ -23,31 +23,44 @@ def report(*items: str):
 # --- aliases and coerced values ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("alias,value,canonical", [
-    ("trainer.gradient_checkpointing", "true", ("trainer.activation_checkpointing", True)),
-    ("trainer.gradient_checkpointing_kwargs", "{use_reentrant:false}", ("trainer.activation_checkpointing_kwargs", {"use_reentrant": False})),
-    ("trainer.use_transformers_paged", "true", ("trainer.use_transformers_continuous_batching", True)),
-    ("vllm.importance_sampling_cap", "2.5", ("vllm.importance_sampling_clip_max", 2.5)),
-])
+@pytest.mark.parametrize(
+    "alias,value,canonical",
+    [
+        ("trainer.gradient_checkpointing", "true", ("trainer.activation_checkpointing", True)),
+        (
+            "trainer.gradient_checkpointing_kwargs",
+            "{use_reentrant:false}",
+            ("trainer.activation_checkpointing_kwargs", {"use_reentrant": False}),
+        ),
+        ("trainer.use_transformers_paged", "true", ("trainer.use_transformers_continuous_batching", True)),
+        ("vllm.importance_sampling_cap", "2.5", ("vllm.importance_sampling_clip_max", 2.5)),
+    ],
+)
 def test_a_deprecated_alias_is_honoured_as_trl_resolves_it(alias, value, canonical):
     text, cfg = report(f"{alias}={value}")
     assert text == "", text
     key, expected = canonical
     got = OmegaConf.select(cfg, key)
     assert (OmegaConf.to_container(got) if OmegaConf.is_config(got) else got) == expected
-    assert OmegaConf.select(cfg, alias) == keys.ALIASES[alias].unset  # one name left: GRPOConfig gets no conflicting pair
+    assert (
+        OmegaConf.select(cfg, alias) == keys.ALIASES[alias].unset
+    )  # one name left: GRPOConfig gets no conflicting pair
 
 
 def test_alias_and_its_name_set_to_different_values_are_refused_naming_both():
     text, _ = report("trainer.gradient_checkpointing=true", "trainer.activation_checkpointing=false")
     assert "trainer.gradient_checkpointing: is True while trainer.activation_checkpointing is False" in text
-    assert report("trainer.gradient_checkpointing=true", "trainer.activation_checkpointing=true")[0] == ""  # agreeing: fine
+    assert (
+        report("trainer.gradient_checkpointing=true", "trainer.activation_checkpointing=true")[0] == ""
+    )  # agreeing: fine
 
 
 def test_the_alias_reaches_grpo_config_and_the_plan(tmp_path):
     _, cfg = report("model=qwen7b", "topology=1x8", "trainer.gradient_checkpointing=true", "action=plan")
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
-    assert args.activation_checkpointing is True and args.gradient_checkpointing is True  # transformers mirrors the new name
+    assert (
+        args.activation_checkpointing is True and args.gradient_checkpointing is True
+    )  # transformers mirrors the new name
 
 
 @pytest.mark.parametrize("value,expected", [("false", "none"), ("true", "group"), ("batch", "batch")])
@@ -61,12 +74,21 @@ def test_scale_rewards_takes_trls_booleans(value, expected, tmp_path):
 
 
 def test_every_unknown_key_is_reported_at_once_with_its_home():
-    text, cfg = report("trainer.max_prompt_length=512", "trainer.torch_dtype=bfloat16", "trainer.use_vllm=true", "trainer.vllm_device=cuda:7",
-                       "trainer.not_a_field=1", "trainer.temperature=0")
+    text, cfg = report(
+        "trainer.max_prompt_length=512",
+        "trainer.torch_dtype=bfloat16",
+        "trainer.use_vllm=true",
+        "trainer.vllm_device=cuda:7",
+        "trainer.not_a_field=1",
+        "trainer.temperature=0",
+    )
     expected = {
-        "trainer.max_prompt_length": "use data.max_prompt_length", "trainer.torch_dtype": "use model.dtype",
-        "trainer.use_vllm": "use vllm (vllm=off | colocate | server)", "trainer.vllm_device": "use vllm.gpus",
-        "trainer.not_a_field": "unknown key", "trainer.temperature": "it must be > 0",  # the rest of the config is still checked
+        "trainer.max_prompt_length": "use data.max_prompt_length",
+        "trainer.torch_dtype": "use model.dtype",
+        "trainer.use_vllm": "use vllm (vllm=off | colocate | server)",
+        "trainer.vllm_device": "use vllm.gpus",
+        "trainer.not_a_field": "unknown key",
+        "trainer.temperature": "it must be > 0",  # the rest of the config is still checked
     }
     for key, words in expected.items():
         assert f"\n{key}:" in f"\n{text}" and words in text, (key, text)
@@ -139,8 +161,31 @@ def _grpo_config_accepts(cfg, tmp_path) -> None:
 
 
 # Values a random config draws from: wrong types, huge, negative, nan, Hydra syntax.
-FUZZ_VALUES = ["-1", "0", "1", "2.5", "1e400", "-1e308", "nan", "inf", "10" + "0" * 40, "true", "null", "''", "abc", "[1,2]",
-               "{a:1}", "${oc.env:NOPE}", "?", "[", "1,2", "'  '", "auto", "-0.5", "3"]
+FUZZ_VALUES = [
+    "-1",
+    "0",
+    "1",
+    "2.5",
+    "1e400",
+    "-1e308",
+    "nan",
+    "inf",
+    "10" + "0" * 40,
+    "true",
+    "null",
+    "''",
+    "abc",
+    "[1,2]",
+    "{a:1}",
+    "${oc.env:NOPE}",
+    "?",
+    "[",
+    "1,2",
+    "'  '",
+    "auto",
+    "-0.5",
+    "3",
+]
 
 
 @pytest.mark.slow
@@ -150,7 +195,9 @@ def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(tmp_p
     rng = random.Random(0)
     schema = OmegaConf.to_container(compose_cfg(), resolve=True)
     in_process_only = {"trainer.ddp_backend"}  # GRPOConfig initialises that process group when built: a worker's job
-    settable = [f"trainer.{k}" for k in schema["trainer"] if f"trainer.{k}" not in in_process_only] + [f"vllm.{k}" for k in schema["vllm"]]
+    settable = [f"trainer.{k}" for k in schema["trainer"] if f"trainer.{k}" not in in_process_only] + [
+        f"vllm.{k}" for k in schema["vllm"]
+    ]
     accepted = 0
     for _ in range(300):
         items = [f"{key}={rng.choice(FUZZ_VALUES)}" for key in rng.sample(settable, rng.randint(1, 3))]
@@ -168,38 +215,104 @@ def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(tmp_p
 
 # A valid value other than grpo_exp's default, where the generic rule below does not give one.
 VALUES = {
-    "per_device_train_batch_size": 8, "num_generations": 2, "generation_batch_size": 16, "neftune_noise_alpha": 5.0,
-    "torch_empty_cache_steps": 10, "eval_accumulation_steps": 2, "ddp_bucket_cap_mb": 25, "router_aux_loss_coef": 0.01,
-    "max_tool_calling_iterations": 3, "off_policy_mask_threshold": 0.5, "num_completions_to_print": 2, "max_steps": 5, "warmup_steps": 0.1,
-    "top_p": 0.9, "min_p": 0.1, "adam_beta1": 0.8, "adam_beta2": 0.99, "max_grad_norm": 0.5, "label_smoothing_factor": 0.1,
-    "top_entropy_quantile": 0.5, "ref_model_mixup_alpha": 0.5, "lr_scheduler_kwargs": {}, "optim_args": "x=1",
-    "logging_strategy": "epoch", "save_strategy": "no", "hub_strategy": "end", "lr_scheduler_type": "cosine", "optim": "adamw_torch",
-    "include_num_input_tokens_seen": "all", "debug": "underflow_overflow", "pad_to_multiple_of": 8, "torch_compile_backend": "inductor",
-    "torch_compile_mode": "reduce-overhead", "dataloader_multiprocessing_context": "spawn", "train_sampling_strategy": "sequential",
-    "loss_type": "grpo", "scale_rewards": "batch", "importance_sampling_level": "sequence", "multi_objective_aggregation": "normalize_then_sum",
-    "reward_weights": [1.0, 2.0, 3.0], "generation_kwargs": {"stop": ["x"]}, "chat_template_kwargs": {"enable_thinking": False},
-    "model_init_kwargs": {"attn_implementation": "eager"}, "liger_kernel_config": {"rms_norm": True}, "accelerator_config": {"split_batches": False},
-    "transformers_continuous_batching_config": {"max_batch_tokens": 64}, "activation_checkpointing_kwargs": {"use_reentrant": False},
-    "optim_target_modules": ["q_proj"], "label_names": ["labels"], "include_for_metrics": ["inputs"], "cache_implementation": "static",
-    "dataloader_num_workers": 1, "dataloader_prefetch_factor": 2, "ddp_backend": "gloo", "log_level": "info", "log_level_replica": "info",
-    "steps_per_generation": None, "delta": 1.5, "epsilon_high": 0.28, "trackio_static_space_id": "me/space", "data_seed": 3,
+    "per_device_train_batch_size": 8,
+    "num_generations": 2,
+    "generation_batch_size": 16,
+    "neftune_noise_alpha": 5.0,
+    "torch_empty_cache_steps": 10,
+    "eval_accumulation_steps": 2,
+    "ddp_bucket_cap_mb": 25,
+    "router_aux_loss_coef": 0.01,
+    "max_tool_calling_iterations": 3,
+    "off_policy_mask_threshold": 0.5,
+    "num_completions_to_print": 2,
+    "max_steps": 5,
+    "warmup_steps": 0.1,
+    "top_p": 0.9,
+    "min_p": 0.1,
+    "adam_beta1": 0.8,
+    "adam_beta2": 0.99,
+    "max_grad_norm": 0.5,
+    "label_smoothing_factor": 0.1,
+    "top_entropy_quantile": 0.5,
+    "ref_model_mixup_alpha": 0.5,
+    "lr_scheduler_kwargs": {},
+    "optim_args": "x=1",
+    "logging_strategy": "epoch",
+    "save_strategy": "no",
+    "hub_strategy": "end",
+    "lr_scheduler_type": "cosine",
+    "optim": "adamw_torch",
+    "include_num_input_tokens_seen": "all",
+    "debug": "underflow_overflow",
+    "pad_to_multiple_of": 8,
+    "torch_compile_backend": "inductor",
+    "torch_compile_mode": "reduce-overhead",
+    "dataloader_multiprocessing_context": "spawn",
+    "train_sampling_strategy": "sequential",
+    "loss_type": "grpo",
+    "scale_rewards": "batch",
+    "importance_sampling_level": "sequence",
+    "multi_objective_aggregation": "normalize_then_sum",
+    "reward_weights": [1.0, 2.0, 3.0],
+    "generation_kwargs": {"stop": ["x"]},
+    "chat_template_kwargs": {"enable_thinking": False},
+    "model_init_kwargs": {"attn_implementation": "eager"},
+    "liger_kernel_config": {"rms_norm": True},
+    "accelerator_config": {"split_batches": False},
+    "transformers_continuous_batching_config": {"max_batch_tokens": 64},
+    "activation_checkpointing_kwargs": {"use_reentrant": False},
+    "optim_target_modules": ["q_proj"],
+    "label_names": ["labels"],
+    "include_for_metrics": ["inputs"],
+    "cache_implementation": "static",
+    "dataloader_num_workers": 1,
+    "dataloader_prefetch_factor": 2,
+    "ddp_backend": "gloo",
+    "log_level": "info",
+    "log_level_replica": "info",
+    "steps_per_generation": None,
+    "delta": 1.5,
+    "epsilon_high": 0.28,
+    "trackio_static_space_id": "me/space",
+    "data_seed": 3,
 }
 VALUES["generation_batch_size"] = 16  # with steps_per_generation unset (TRL derives one from the other)
 # Fields a CPU test cannot set to another value, each with the reason (the rest of the table is generic).
 NOT_SETTABLE_HERE = {
     "bf16": "the tiny model is float32 on CPU; bf16 follows model.dtype (tested: test_bf16_follows_model_dtype)",
-    "fp16": "fp16 mixed precision needs a GPU", "fp16_full_eval": "needs a GPU", "bf16_full_eval": "needs bf16 support for eval",
-    "tf32": "TF32 needs an Ampere GPU", "eval_strategy": "grpo_exp builds no eval dataset yet", "do_eval": "no eval dataset yet",
-    "load_best_model_at_end": "needs evaluation", "metric_for_best_model": "needs evaluation", "greater_is_better": "needs evaluation",
-    "eval_steps": "needs evaluation", "eval_on_start": "needs evaluation", "per_device_eval_batch_size": "needs evaluation",
-    "num_generations_eval": "needs evaluation", "eval_delay": "needs evaluation", "batch_eval_metrics": "needs evaluation",
-    "auto_find_batch_size": "TRL refuses it for GRPO", "push_to_hub": "needs the hub", "hub_model_id": "needs the hub",
-    "log_completions_hub_repo": "needs the hub and log_completions", "sync_ref_model": "needs beta > 0 (tested in test_validate)",
-    "use_transformers_paged": "a deprecated alias (tested above)", "gradient_checkpointing": "a deprecated alias (tested above)",
-    "gradient_checkpointing_kwargs": "a deprecated alias (tested above)", "trackio_space_id": "needs the hub",
-    "trackio_bucket_id": "needs the hub", "hub_private_repo": "needs the hub", "hub_revision": "needs the hub",
-    "hub_always_push": "needs the hub", "steps_per_generation": "exclusive with generation_batch_size (tested in test_validate)",
-    "torch_compile": "compiles the model at build", "use_liger_kernel": "needs liger-kernel", "use_cpu": "owned",
+    "fp16": "fp16 mixed precision needs a GPU",
+    "fp16_full_eval": "needs a GPU",
+    "bf16_full_eval": "needs bf16 support for eval",
+    "tf32": "TF32 needs an Ampere GPU",
+    "eval_strategy": "grpo_exp builds no eval dataset yet",
+    "do_eval": "no eval dataset yet",
+    "load_best_model_at_end": "needs evaluation",
+    "metric_for_best_model": "needs evaluation",
+    "greater_is_better": "needs evaluation",
+    "eval_steps": "needs evaluation",
+    "eval_on_start": "needs evaluation",
+    "per_device_eval_batch_size": "needs evaluation",
+    "num_generations_eval": "needs evaluation",
+    "eval_delay": "needs evaluation",
+    "batch_eval_metrics": "needs evaluation",
+    "auto_find_batch_size": "TRL refuses it for GRPO",
+    "push_to_hub": "needs the hub",
+    "hub_model_id": "needs the hub",
+    "log_completions_hub_repo": "needs the hub and log_completions",
+    "sync_ref_model": "needs beta > 0 (tested in test_validate)",
+    "use_transformers_paged": "a deprecated alias (tested above)",
+    "gradient_checkpointing": "a deprecated alias (tested above)",
+    "gradient_checkpointing_kwargs": "a deprecated alias (tested above)",
+    "trackio_space_id": "needs the hub",
+    "trackio_bucket_id": "needs the hub",
+    "hub_private_repo": "needs the hub",
+    "hub_revision": "needs the hub",
+    "hub_always_push": "needs the hub",
+    "steps_per_generation": "exclusive with generation_batch_size (tested in test_validate)",
+    "torch_compile": "compiles the model at build",
+    "use_liger_kernel": "needs liger-kernel",
+    "use_cpu": "owned",
     "dataloader_prefetch_factor": "needs dataloader_num_workers > 0 (refused without it: REFUSED above)",
     "ddp_backend": "GRPOConfig initialises that process group when built (the e2e runs train over gloo)",
 }
@@ -231,7 +344,9 @@ def test_every_trainer_field_set_on_the_command_line_is_what_grpo_config_holds(f
     if field.name in NOT_SETTABLE_HERE:
         pytest.skip(NOT_SETTABLE_HERE[field.name])
     default = compose_cfg().trainer[field.name]
-    value = _other_value(field.name, field, OmegaConf.to_container(default) if OmegaConf.is_config(default) else default)
+    value = _other_value(
+        field.name, field, OmegaConf.to_container(default) if OmegaConf.is_config(default) else default
+    )
     if isinstance(value, (dict, list, bool)):  # Hydra's override grammar: {k: v}, [a, b], true
         rendered = str(value).replace("'", "").replace("False", "false").replace("True", "true")
     else:

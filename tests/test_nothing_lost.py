@@ -18,7 +18,11 @@ from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import ports
 from tests.conftest import compose_cfg, run_driver, start_driver
 
-SECRETS = {"WANDB_API_KEY": "marker-wandb-0f9e8d7c", "HF_TOKEN": "hf_marker_1a2b3c4d", "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b"}
+SECRETS = {
+    "WANDB_API_KEY": "marker-wandb-0f9e8d7c",
+    "HF_TOKEN": "hf_marker_1a2b3c4d",
+    "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b",
+}
 
 
 def md5(path: Path) -> str:
@@ -29,10 +33,22 @@ def md5(path: Path) -> str:
 def test_a_run_dir_belongs_to_one_run(cli):
     result, run_dir = cli("logger=none", "topology.cpu_procs=1", "trainer.max_steps=1")
     assert result.returncode == 0, result.stderr[-2000:]
-    before = {p: md5(p) for p in [run_dir / rundir.METRICS, run_dir / rundir.SUMMARY, run_dir / rundir.CONFIG, run_dir / ".hydra" / "overrides.yaml"]}
+    before = {
+        p: md5(p)
+        for p in [
+            run_dir / rundir.METRICS,
+            run_dir / rundir.SUMMARY,
+            run_dir / rundir.CONFIG,
+            run_dir / ".hydra" / "overrides.yaml",
+        ]
+    }
     again, _ = cli("logger=none", "topology.cpu_procs=1", "trainer.max_steps=2", run_dir=run_dir)
     assert again.returncode == 2 and "Traceback" not in again.stderr
-    assert "hydra.run.dir:" in again.stderr and "already holds a run (status: completed)" in again.stderr and "resume=" in again.stderr
+    assert (
+        "hydra.run.dir:" in again.stderr
+        and "already holds a run (status: completed)" in again.stderr
+        and "resume=" in again.stderr
+    )
     assert {p: md5(p) for p in before} == before  # nothing of the first run mixed or overwritten
 
 
@@ -41,7 +57,10 @@ def test_a_dir_holding_only_a_plan_can_be_run_in():
 
 
 def test_default_dirs_are_unique_for_runs_started_in_the_same_second(tmp_path):
-    procs = [start_driver(tmp_path, tmp_path, "action=plan", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(3)]
+    procs = [
+        start_driver(tmp_path, tmp_path, "action=plan", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(3)
+    ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0, 0]
     dirs = sorted((tmp_path / "outputs" / "default").iterdir())
     assert len(dirs) == 3 and all((d / rundir.PLAN).is_file() for d in dirs)
@@ -56,6 +75,7 @@ def test_two_default_runs_side_by_side_both_complete(tmp_path, background_driver
 
 
 # --- the vLLM server and ports -------------------------------------------------------------------
+
 
 def vllm_command(*overrides) -> list[str]:
     plan, problems = check(compose_cfg("model=qwen7b", "vllm=server", "action=plan", *overrides), Path("/x"), gpus=0)
@@ -90,7 +110,9 @@ def held_port():
 
 
 def test_busy_vllm_ports_are_named_on_the_server_node(held_port):
-    cfg = compose_cfg("model=qwen7b", "topology=1x2", "vllm=server", f"vllm.server_port={held_port}", "vllm.group_port=auto")
+    cfg = compose_cfg(
+        "model=qwen7b", "topology=1x2", "vllm=server", f"vllm.server_port={held_port}", "vllm.group_port=auto"
+    )
     found = ports.check_busy(cfg, node_rank=0, server_node=0)
     assert [p.key for p in found] == ["vllm.server_port"] and f"port {held_port} is already in use" in found[0].why
     assert "vllm.server_port=" in found[0].fix
@@ -98,8 +120,14 @@ def test_busy_vllm_ports_are_named_on_the_server_node(held_port):
 
 
 def test_busy_master_port_stops_node_0_before_launch(tmp_path, held_port, background_driver):
-    proc = background_driver("logger=none", "topology=cpu2x1", "topology.node_rank=0", f"topology.master_port={held_port}",
-                             f"hydra.run.dir={tmp_path / 'run'}", stderr=subprocess.PIPE)
+    proc = background_driver(
+        "logger=none",
+        "topology=cpu2x1",
+        "topology.node_rank=0",
+        f"topology.master_port={held_port}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        stderr=subprocess.PIPE,
+    )
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "Traceback" not in err
     assert f"topology.master_port: port {held_port} is already in use" in err and "topology.master_port=" in err
@@ -108,13 +136,21 @@ def test_busy_master_port_stops_node_0_before_launch(tmp_path, held_port, backgr
 
 # --- stopping the driver ---------------------------------------------------------------------------
 
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver, sig):
     """submitit's local executor stands in for sbatch (tests/test_slurm_real.py has the real cluster)."""
     run_dir = tmp_path / "run"
-    proc = background_driver("logger=none", "topology.cpu_procs=1", "trainer.max_steps=100000", "launcher=slurm",
-                             "launcher.slurm.cluster=local", f"hydra.run.dir={run_dir}", stdout=subprocess.DEVNULL)
+    proc = background_driver(
+        "logger=none",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=100000",
+        "launcher=slurm",
+        "launcher.slurm.cluster=local",
+        f"hydra.run.dir={run_dir}",
+        stdout=subprocess.DEVNULL,
+    )
     deadline = time.time() + 180
     while not rundir.read_metrics(run_dir) and time.time() < deadline:
         time.sleep(0.5)
@@ -129,14 +165,25 @@ def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver, si
 
 # --- secrets ------------------------------------------------------------------------------------------
 
+
 @pytest.mark.e2e
 def test_secrets_never_land_in_the_run_dir(tmp_path, model_cache):
     run_dir = tmp_path / "run"
-    result = run_driver(tmp_path, model_cache, "logger=wandb", "logger.mode=offline", "topology.cpu_procs=1", "trainer.max_steps=1",
-                        f"hydra.run.dir={run_dir}", env=SECRETS)
+    result = run_driver(
+        tmp_path,
+        model_cache,
+        "logger=wandb",
+        "logger.mode=offline",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=1",
+        f"hydra.run.dir={run_dir}",
+        env=SECRETS,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.suffix == ".wandb" for p in files) and (run_dir / rundir.PLAN).is_file()
     leaked = [str(p) for p in files for marker in SECRETS.values() if marker.encode() in p.read_bytes()]
     assert leaked == []
-    assert json.loads((run_dir / rundir.PLAN).read_text())["nodes"][0]["env"]["train"]  # the per-node env is there, without secrets
+    assert json.loads((run_dir / rundir.PLAN).read_text())["nodes"][0]["env"][
+        "train"
+    ]  # the per-node env is there, without secrets

@@ -10,12 +10,23 @@ from grpo_exp.core import outcome, rundir
 
 
 def _record(run_dir, rank, status, when, **fields):
-    rundir.write_rank_record(run_dir, rank, {"status": status, "time": when, "error": f"{status} on rank {rank}", **fields})
+    rundir.write_rank_record(
+        run_dir, rank, {"status": status, "time": when, "error": f"{status} on rank {rank}", **fields}
+    )
 
 
 def test_every_status_has_an_exit_code_and_statuses_are_distinct_per_code():
     assert outcome.EXIT_CODES["completed"] == 0 and outcome.EXIT_CODES["preempted"] == 75
-    for status in ("failed", "invalid", "predicted_oom", "oom", "mismatch", "rendezvous_timeout", "stalled", "interrupted"):
+    for status in (
+        "failed",
+        "invalid",
+        "predicted_oom",
+        "oom",
+        "mismatch",
+        "rendezvous_timeout",
+        "stalled",
+        "interrupted",
+    ):
         assert outcome.EXIT_CODES[status] != 0
 
 
@@ -81,7 +92,13 @@ def test_classify_names_oom_mismatch_interrupt_and_failure():
     from grpo_exp.core.outcome import Mismatch
 
     assert outcome.classify(MemoryError("no"), 0)["status"] == "oom"
-    assert outcome.classify(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), 3)["oom"] == {"phase": None, "rank": 3, "kind": "cuda", "requested_bytes": 2 * 2**30, "snapshot": None}
+    assert outcome.classify(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), 3)["oom"] == {
+        "phase": None,
+        "rank": 3,
+        "kind": "cuda",
+        "requested_bytes": 2 * 2**30,
+        "snapshot": None,
+    }
     assert outcome.classify(Mismatch("nodes differ"), 0)["status"] == "mismatch"
     assert outcome.classify(KeyboardInterrupt(), 0) | {"time": 0} == {"status": "interrupted", "error": None, "time": 0}
     failed = outcome.classify(ValueError("bad"), 0)

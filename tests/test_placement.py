@@ -64,17 +64,32 @@ def test_single_node_server_1x8():
 
 
 def test_env_and_commands_of_a_server_node():
-    node0, node1 = plan_for("topology=2x8", "vllm=server", "topology.master_addr=10.0.0.1", "topology.master_port=29400").nodes
+    node0, node1 = plan_for(
+        "topology=2x8", "vllm=server", "topology.master_addr=10.0.0.1", "topology.master_port=29400"
+    ).nodes
     assert node0.env["train"] == {
-        "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29400", "NODE_RANK": "0", "NNODES": "2",
-        "CUDA_VISIBLE_DEVICES": "1,2,3,4,5,6,7", "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "GRPO_EXP_VLLM_GPUS": "0",
+        "MASTER_ADDR": "10.0.0.1",
+        "MASTER_PORT": "29400",
+        "NODE_RANK": "0",
+        "NNODES": "2",
+        "CUDA_VISIBLE_DEVICES": "1,2,3,4,5,6,7",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+        "GRPO_EXP_VLLM_GPUS": "0",
     }
     assert node0.env["vllm"] == {"CUDA_VISIBLE_DEVICES": "0"}
     assert node0.commands["train"][1:] == [
-        "-m", "torch.distributed.run", "--nproc-per-node=7", "--nnodes=2", "--node-rank=0",
-        "--master-addr=10.0.0.1", "--master-port=29400", "--rdzv-conf=timeout=300",
-        "-m", "grpo_exp.training.worker", CFG_PATH,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node=7",
+        "--nnodes=2",
+        "--node-rank=0",
+        "--master-addr=10.0.0.1",
+        "--master-port=29400",
+        "--rdzv-conf=timeout=300",
+        "-m",
+        "grpo_exp.training.worker",
+        CFG_PATH,
     ]
     assert "--nproc-per-node=8" in node1.commands["train"] and "vllm" not in node1.commands
     assert node1.env["train"]["NODE_RANK"] == "1" and "vllm" not in node1.env
@@ -99,7 +114,12 @@ def test_action_plan_writes_plan_json_for_a_cluster_on_this_machine(cli):
     assert plan["world_size"] == 15
     assert [n["train_procs"] for n in plan["nodes"]] == [7, 8]
     assert set(plan["nodes"][0]) >= {"node_rank", "train_procs", "train_gpus", "vllm_gpus", "env", "commands"}
-    assert {k: plan["vllm"][k] for k in ("mode", "server_node", "gpus", "tensor_parallel_size")} == {"mode": "server", "server_node": 0, "gpus": 1, "tensor_parallel_size": 1}
+    assert {k: plan["vllm"][k] for k in ("mode", "server_node", "gpus", "tensor_parallel_size")} == {
+        "mode": "server",
+        "server_node": 0,
+        "gpus": 1,
+        "tensor_parallel_size": 1,
+    }
     assert plan["vllm"]["peak_gib"] > 0 and "kv_cache" in plan["vllm"]["components_gib"]  # the engine's memory plan
     assert "node 0: 7 training process(es) on GPUs 1,2,3,4,5,6,7, vLLM server on GPUs 0" in result.stdout
     assert not (run_dir / "train.log").exists() and not (run_dir / "summary.json").exists()  # nothing launched
@@ -111,7 +131,10 @@ def test_action_plan_writes_plan_json_for_a_cluster_on_this_machine(cli):
         (["vllm.gpus=8"], "vllm.gpus: reserves 8 of node 0's 8 GPUs"),
         (["vllm.gpus=3", "vllm.tensor_parallel_size=2"], "vllm.gpus: is 3; the server needs a positive multiple"),
         (["topology.node_rank=2"], "topology.node_rank: is 2, outside 0..1"),
-        (["trainer.per_device_train_batch_size=1", "trainer.num_generations=8"], "8 does not divide the generation batch 15"),
+        (
+            ["trainer.per_device_train_batch_size=1", "trainer.num_generations=8"],
+            "8 does not divide the generation batch 15",
+        ),
     ],
 )
 def test_plan_level_problems(cli, overrides, message):
@@ -134,7 +157,10 @@ def test_startup_guard(visible, vllm, n_gpu, problem):
     assert (problem is None and not problems) or (problem and problem in " ".join(problems))
 
 
-@pytest.mark.parametrize("value, devices", [(None, None), ("", []), ("-1", []), ("0, 2", ["0", "2"]), ("GPU-a1b2,GPU-c3d4", ["GPU-a1b2", "GPU-c3d4"])])
+@pytest.mark.parametrize(
+    "value, devices",
+    [(None, None), ("", []), ("-1", []), ("0, 2", ["0", "2"]), ("GPU-a1b2,GPU-c3d4", ["GPU-a1b2", "GPU-c3d4"])],
+)
 def test_cuda_visible_devices_has_one_parser(monkeypatch, value, devices):
     from grpo_exp import visible_devices
 
@@ -153,25 +179,40 @@ def test_fingerprint_differences_name_nodes_and_keys():
     other["config"]["vllm.mode"] = "colocate"
     other["facts"]["version.trl"] = "0.0.1"
     lines = consistency.differences([base, base, other])
-    assert any(line.startswith("vllm.mode differs between nodes: node(s) [0]: 'off'; node(s) [1]: 'colocate'") for line in lines)
+    assert any(
+        line.startswith("vllm.mode differs between nodes: node(s) [0]: 'off'; node(s) [1]: 'colocate'")
+        for line in lines
+    )
     assert any(line.startswith("version.trl differs") for line in lines) and len(lines) == 2
     assert consistency.differences([base, base]) == []
 
 
 def test_node_rank_is_not_part_of_the_fingerprint():
-    assert consistency.fingerprint(compose_cfg("topology.node_rank=0"))["config"] == consistency.fingerprint(compose_cfg("topology.node_rank=1"))["config"]
+    assert (
+        consistency.fingerprint(compose_cfg("topology.node_rank=0"))["config"]
+        == consistency.fingerprint(compose_cfg("topology.node_rank=1"))["config"]
+    )
 
 
 def test_vllm_serve_argv_parses_with_trls_own_parser():
     from trl.scripts.vllm_serve import make_parser
 
-    cfg = compose_cfg("model=qwen7b", "vllm=server", "vllm.gpus=4", "vllm.tensor_parallel_size=2", "vllm.max_model_length=4096")
+    cfg = compose_cfg(
+        "model=qwen7b", "vllm=server", "vllm.gpus=4", "vllm.tensor_parallel_size=2", "vllm.max_model_length=4096"
+    )
     ports.resolve_auto(cfg)  # the driver does this before anything names the ports
     argv = vllm_server.serve_command(cfg, gpus=cfg.vllm.gpus)
-    args, extra = make_parser().parse_args_and_config(args=argv[argv.index("vllm-serve") + 1 :], return_remaining_strings=True)
+    args, extra = make_parser().parse_args_and_config(
+        args=argv[argv.index("vllm-serve") + 1 :], return_remaining_strings=True
+    )
     assert extra == []
     assert (args.model, args.tensor_parallel_size, args.data_parallel_size) == ("Qwen/Qwen2.5-7B-Instruct", 2, 2)
-    assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.port) == (0.9, 4096, "bfloat16", cfg.vllm.server_port)
+    assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.port) == (
+        0.9,
+        4096,
+        "bfloat16",
+        cfg.vllm.server_port,
+    )
     assert args.host == "127.0.0.1"  # one node: loopback only (TRL's server has no authentication)
 
 
@@ -195,7 +236,9 @@ def test_health_wait_returns_when_the_server_answers():
 
 
 def test_health_wait_times_out_with_a_clear_error():
-    with pytest.raises(vllm_server.ServerNotReady, match=r"did not answer http://127.0.0.1:9/health within vllm.server_timeout=1s"):
+    with pytest.raises(
+        vllm_server.ServerNotReady, match=r"did not answer http://127.0.0.1:9/health within vllm.server_timeout=1s"
+    ):
         vllm_server.wait_healthy("http://127.0.0.1:9/health", timeout_s=1, poll_s=0.2)
 
 

@@ -28,7 +28,9 @@ def test_model_states_by_zero_stage_hand_computed():
     assert sum(z2.values()) == pytest.approx(2 * P7 + 18 * P7 / 8)
     z3 = planner.model_states(dataclasses.replace(base, zero_stage=3))
     assert z3 == {"weights": 2 * P7 / 8, "gradients": 6 * P7 / 8, "optimizer": 12 * P7 / 8}
-    z3_offload = planner.model_states(dataclasses.replace(base, zero_stage=3, offload_optimizer=True, offload_params=True))
+    z3_offload = planner.model_states(
+        dataclasses.replace(base, zero_stage=3, offload_optimizer=True, offload_params=True)
+    )
     assert z3_offload == {"weights": 0.0, "gradients": 2 * P7 / 8, "optimizer": 0.0}
 
 
@@ -44,16 +46,25 @@ def test_lora_trainable_parameters_hand_computed():
 
 
 def test_activation_logit_and_kv_components_hand_computed():
-    x = plan_inputs("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=2",
-                    "trainer.max_completion_length=1024", "data.max_prompt_length=512")
+    x = plan_inputs(
+        "model=qwen7b",
+        "topology=1x8",
+        "trainer.per_device_train_batch_size=2",
+        "trainer.max_completion_length=1024",
+        "data.max_prompt_length=512",
+    )
     c = planner.estimate_train(x).components
     s, h, q, kv, f, V, C = 1536, 3584, 3584, 512, 18944, 152064, 1024
     c_h, c_q, c_kv, c_f, _ = planner.ACTIVATION_BYTES_PER_TOKEN["bf16"]  # qwen2: no q/k norm
-    per_layer = 2 * s * (c_h * h + c_q * q + c_kv * kv + c_f * f + 2 * (q - kv) * 2)  # + GQA keys/values repeated (padding)
+    per_layer = (
+        2 * s * (c_h * h + c_q * q + c_kv * kv + c_f * f + 2 * (q - kv) * 2)
+    )  # + GQA keys/values repeated (padding)
     assert c["activations"] == pytest.approx(28 * per_layer)
     # trl's fused LM head on a GPU: the completion tokens' tile, fp32 per-token stats, d(hidden) and d(weight) in fp32
     tokens = 2 * C
-    assert c["logits"] == pytest.approx(2 * s * h * 8 + min(tokens, 4096) * 32768 * 2 + 6 * tokens * 4 + tokens * h * 4 + V * h * 4)
+    assert c["logits"] == pytest.approx(
+        2 * s * h * 8 + min(tokens, 4096) * 32768 * 2 + 6 * tokens * 4 + tokens * h * 4 + V * h * 4
+    )
     assert c["kv_cache"] == 2 * 28 * kv * 2 * s * 2  # vllm off: generate() holds K and V for 2 sequences
     with_ckpt = planner.estimate_train(dataclasses.replace(x, checkpointing=True)).components
     assert with_ckpt["activations"] == pytest.approx(28 * 2 * s * h * 2 + per_layer)
@@ -66,24 +77,42 @@ def test_lora_keeps_the_lm_head_frozen_so_no_fp32_weight_gradient():
 
 
 def test_deepspeed_buffers_follow_the_deepspeed_group():
-    buffers = lambda *o: planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", *o)).components["deepspeed_buffers"]  # noqa: E731
+    def buffers(*o):
+        return planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", *o)).components["deepspeed_buffers"]
+
     assert buffers() == 0
     assert buffers("deepspeed=zero2") == 3584**2 * 2  # reduce_bucket_size "auto" = hidden^2 elements
     assert buffers("deepspeed=zero2", "deepspeed.zero_optimization.reduce_bucket_size=5e8") == 5e8 * 2
     assert buffers("deepspeed=zero2", "deepspeed.zero_optimization.overlap_comm=true") == 2 * 3584**2 * 2
     live = 152064 * 3584 + 0.9 * 3584**2  # the LM head (largest) + the prefetch bucket
     assert buffers("deepspeed=zero3") == pytest.approx(live * 2 + 3584**2 * 2)
-    assert buffers("deepspeed=zero3", "deepspeed.zero_optimization.stage3_max_live_parameters=1e8") == pytest.approx(1e8 * 2 + 3584**2 * 2)
+    assert buffers("deepspeed=zero3", "deepspeed.zero_optimization.stage3_max_live_parameters=1e8") == pytest.approx(
+        1e8 * 2 + 3584**2 * 2
+    )
 
 
 def test_reference_model_only_with_beta_and_no_lora():
-    assert planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04")).components["reference_model"] == 2 * P7
-    assert planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04", "peft=lora")).components["reference_model"] == 0
+    assert (
+        planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04")).components[
+            "reference_model"
+        ]
+        == 2 * P7
+    )
+    assert (
+        planner.estimate_train(
+            plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04", "peft=lora")
+        ).components["reference_model"]
+        == 0
+    )
     assert planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8")).components["reference_model"] == 0
 
 
 def test_zero3_gathers_the_whole_model_for_generate_or_lora_weight_sync():
-    gather = lambda *o: planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "deepspeed=zero3", *o)).components["zero3_gather"]  # noqa: E731
+    def gather(*o):
+        return planner.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "deepspeed=zero3", *o)).components[
+            "zero3_gather"
+        ]
+
     assert gather() == 2 * P7  # generate() with ds3_gather_for_generation
     assert gather("vllm=colocate", "peft=lora") == 2 * P7  # sync_weights merges adapters into a gathered model
     assert gather("vllm=colocate") == 4 * 152064 * 3584  # one parameter at a time: the largest layer
@@ -100,20 +129,36 @@ def test_vllm_server_engine_kv_budget():
 
 
 def test_vllm_engine_that_cannot_hold_one_sequence_is_an_oom():
-    x = plan_inputs("model=qwen7b", "topology=2x8", "vllm=server", "vllm.gpu_memory_utilization=0.2", "topology.gpu_memory_gib=80")
+    x = plan_inputs(
+        "model=qwen7b", "topology=2x8", "vllm=server", "vllm.gpu_memory_utilization=0.2", "topology.gpu_memory_gib=80"
+    )
     e = planner.estimate(x)
     assert not e.fits and "KV cache" in " ".join(e.vllm.notes)
     fixes = planner.suggest(x)
-    assert fixes[0]["fits"] and fixes[0]["key"] in ("vllm.gpu_memory_utilization", "vllm.max_model_length", "vllm.tensor_parallel_size")
+    assert fixes[0]["fits"] and fixes[0]["key"] in (
+        "vllm.gpu_memory_utilization",
+        "vllm.max_model_length",
+        "vllm.tensor_parallel_size",
+    )
 
 
-@pytest.mark.parametrize("field,values", [
-    ("batch", [1, 2, 4, 8, 16]), ("completion", [64, 256, 1024, 4096]), ("prompt", [64, 512, 2048]),
-    ("steps_per_generation", [1, 2, 4]),
-])
+@pytest.mark.parametrize(
+    "field,values",
+    [
+        ("batch", [1, 2, 4, 8, 16]),
+        ("completion", [64, 256, 1024, 4096]),
+        ("prompt", [64, 512, 2048]),
+        ("steps_per_generation", [1, 2, 4]),
+    ],
+)
 @pytest.mark.parametrize("variant", ["ddp", "zero3", "colocate", "lora_ckpt"])
 def test_more_batch_or_length_never_lowers_a_peak(field, values, variant):
-    overrides = {"ddp": [], "zero3": ["deepspeed=zero3"], "colocate": ["vllm=colocate"], "lora_ckpt": ["peft=lora", "trainer.activation_checkpointing=true"]}[variant]
+    overrides = {
+        "ddp": [],
+        "zero3": ["deepspeed=zero3"],
+        "colocate": ["vllm=colocate"],
+        "lora_ckpt": ["peft=lora", "trainer.activation_checkpointing=true"],
+    }[variant]
     x = plan_inputs("model=qwen7b", "topology=1x8", *overrides)
     previous = None
     for value in values:
@@ -143,9 +188,13 @@ def test_known_cases_verdicts():
     fits = plan_inputs("model=qwen0.5b", "topology=1x8")
     assert planner.estimate(fits).fits
     # the seeds: Qwen2.5-7B full fine-tune on 24 GB cards does not fit without ZeRO/LoRA
-    seed = plan_inputs("model=qwen7b", "topology=1x4", "topology.gpu_memory_gib=24", "vllm=colocate", "vllm.gpu_memory_utilization=0.6")
+    seed = plan_inputs(
+        "model=qwen7b", "topology=1x4", "topology.gpu_memory_gib=24", "vllm=colocate", "vllm.gpu_memory_utilization=0.6"
+    )
     assert not planner.estimate(seed).fits
-    big = plan_inputs("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=2048")
+    big = plan_inputs(
+        "model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=2048"
+    )
     fixes = planner.suggest(big)
     first = fixes[0]
     assert first["fits"] and first["key"] == "trainer.per_device_train_batch_size"
@@ -158,20 +207,34 @@ def test_known_cases_verdicts():
 def test_action_plan_prints_the_breakdown_and_writes_memory_fields(cli):
     import json
 
-    result, run_dir = cli("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=2048", "action=plan")
+    result, run_dir = cli(
+        "model=qwen7b",
+        "topology=1x8",
+        "trainer.per_device_train_batch_size=16",
+        "trainer.max_completion_length=2048",
+        "action=plan",
+    )
     assert result.returncode == 0
     assert "train: peak per GPU" in result.stdout and "OOM" in result.stdout and "what would fit" in result.stdout
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["fits"] is False and plan["errors"] == []
     assert set(plan["train"]) >= {"peak_gib", "capacity_gib", "components_gib", "phases_gib"}
     assert set(plan["train"]["phases_gib"]) == {"generate", "score", "train", "optimizer"}
-    assert plan["vllm"] == {"mode": "off", "server_node": None, "nodes": 0, "gpus": 0, "tensor_parallel_size": 1}  # no engine memory
+    assert plan["vllm"] == {
+        "mode": "off",
+        "server_node": None,
+        "nodes": 0,
+        "gpus": 0,
+        "tensor_parallel_size": 1,
+    }  # no engine memory
     assert plan["suggestions"][0]["fits"]
 
 
 def test_run_refuses_a_predicted_oom_with_exit_3(cli):
     # 12k completions per CPU process of the tiny model would need more RAM than this machine has
-    result, run_dir = cli("logger=none", "trainer.per_device_train_batch_size=16384", "trainer.num_generations=4", "data.num_samples=8192")
+    result, run_dir = cli(
+        "logger=none", "trainer.per_device_train_batch_size=16384", "trainer.num_generations=4", "data.num_samples=8192"
+    )
     assert result.returncode == 3, result.stderr[-2000:]
     import json
 
@@ -193,23 +256,41 @@ def test_zero3_fp32_gradients_follow_deepspeeds_sub_groups(sub_group):
 def test_on_oom_fit_keeps_the_experiment_and_records_the_change(cli):
     from omegaconf import OmegaConf
 
-    result, run_dir = cli("action=plan", "trainer.per_device_train_batch_size=4096", "trainer.num_generations=4", "memory.limit_gib=3",
-                          "trainer.steps_per_generation=2", "preflight.on_oom=fit")
+    result, run_dir = cli(
+        "action=plan",
+        "trainer.per_device_train_batch_size=4096",
+        "trainer.num_generations=4",
+        "memory.limit_gib=3",
+        "trainer.steps_per_generation=2",
+        "preflight.on_oom=fit",
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     import json
 
     assert json.loads((run_dir / "plan.json").read_text())["fits"] is True
     t = OmegaConf.load(run_dir / "config.yaml")
     assert t.trainer.per_device_train_batch_size < 4096
-    assert t.trainer.per_device_train_batch_size * t.trainer.gradient_accumulation_steps == 4096  # the batch per optimizer step
+    assert (
+        t.trainer.per_device_train_batch_size * t.trainer.gradient_accumulation_steps == 4096
+    )  # the batch per optimizer step
     assert t.trainer.per_device_train_batch_size * t.trainer.steps_per_generation == 4096 * 2  # the generation batch
     assert t.preflight.fitted[0].startswith("trainer.per_device_train_batch_size: 4096 -> ")
 
 
 def test_on_oom_fit_refuses_when_nothing_keeps_the_experiment(cli):
-    result, run_dir = cli("logger=none", "trainer.per_device_train_batch_size=2", "trainer.num_generations=2", "topology.cpu_procs=1",
-                          "model=qwen72b", "model.name_or_path=null", "memory.limit_gib=2", "preflight.on_oom=fit")
-    assert result.returncode == 3 and "no change that keeps the experiment the same fits" in result.stdout + result.stderr
+    result, run_dir = cli(
+        "logger=none",
+        "trainer.per_device_train_batch_size=2",
+        "trainer.num_generations=2",
+        "topology.cpu_procs=1",
+        "model=qwen72b",
+        "model.name_or_path=null",
+        "memory.limit_gib=2",
+        "preflight.on_oom=fit",
+    )
+    assert (
+        result.returncode == 3 and "no change that keeps the experiment the same fits" in result.stdout + result.stderr
+    )
 
 
 def test_calibration_fit_recovers_factors_and_holds_a_floor():

@@ -19,8 +19,15 @@ def _rows() -> list[dict]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 7 and cells[0].startswith("["):
             case, _gpus, reported, verdict, peak, overrides, _note = cells
-            rows.append({"case": re.match(r"\[([^\]]+)\]\((https?://[^)]+)\)", case).groups(), "reported": reported,
-                         "verdict": verdict, "peak": float(peak), "overrides": overrides.strip("`").split()})
+            rows.append(
+                {
+                    "case": re.match(r"\[([^\]]+)\]\((https?://[^)]+)\)", case).groups(),
+                    "reported": reported,
+                    "verdict": verdict,
+                    "peak": float(peak),
+                    "overrides": overrides.strip("`").split(),
+                }
+            )
     return rows
 
 

@@ -52,12 +52,32 @@ def test_quantized_weights_cannot_train_without_adapters():
 def prequantized(tmp_path_factory) -> Path:
     """config.json of a 7B Mistral stored in bitsandbytes 4-bit (an unsloth-style *-bnb-4bit checkpoint)."""
     path = tmp_path_factory.mktemp("mistral_bnb4")
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["MistralForCausalLM"], "model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
-        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 32768,
-        "max_position_embeddings": 32768, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "sliding_window": None,
-        "quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4",
-                                "bnb_4bit_use_double_quant": True, "bnb_4bit_compute_dtype": "bfloat16"}}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["MistralForCausalLM"],
+                "model_type": "mistral",
+                "hidden_size": 4096,
+                "intermediate_size": 14336,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "vocab_size": 32768,
+                "max_position_embeddings": 32768,
+                "tie_word_embeddings": False,
+                "torch_dtype": "bfloat16",
+                "sliding_window": None,
+                "quantization_config": {
+                    "quant_method": "bitsandbytes",
+                    "load_in_4bit": True,
+                    "bnb_4bit_quant_type": "nf4",
+                    "bnb_4bit_use_double_quant": True,
+                    "bnb_4bit_compute_dtype": "bfloat16",
+                },
+            }
+        )
+    )
     return path
 
 
@@ -65,10 +85,16 @@ def test_a_prequantized_checkpoint_is_planned_and_served_at_its_precision(prequa
     _, cfg = driver_report("model=auto", f"model.name_or_path={prequantized}", "action=plan")
     q = cfg.model.quantization
     assert (q.method, q.bits, q.quant_type, q.double_quant, q.prequantized) == ("bitsandbytes", 4, "nf4", True, True)
-    assert cfg.model.num_parameters == 7248023552  # Mistral-7B's logical count, from the meta device (not the packed storage)
-    weights = plan_of("model=auto", f"model.name_or_path={prequantized}", "topology=1x1", "vllm=off", "peft=lora")["train"]["components_gib"]["weights"]
+    assert (
+        cfg.model.num_parameters == 7248023552
+    )  # Mistral-7B's logical count, from the meta device (not the packed storage)
+    weights = plan_of("model=auto", f"model.name_or_path={prequantized}", "topology=1x1", "vllm=off", "peft=lora")[
+        "train"
+    ]["components_gib"]["weights"]
     assert 3.3 <= weights <= 4.6  # 16-bit: ~13.5 GiB
-    served = plan_of("model=auto", f"model.name_or_path={prequantized}", "topology=1x8", "vllm=server", "peft=lora")["vllm"]
+    served = plan_of("model=auto", f"model.name_or_path={prequantized}", "topology=1x8", "vllm=server", "peft=lora")[
+        "vllm"
+    ]
     assert served["components_gib"]["weights"] < 4.5  # vLLM loads it at 4 bits too
 
 
@@ -76,15 +102,46 @@ def test_a_prequantized_checkpoint_is_planned_and_served_at_its_precision(prequa
 def qwen2_vl(tmp_path_factory) -> Path:
     """config.json of Qwen2-VL-2B-Instruct (as on the hub)."""
     path = tmp_path_factory.mktemp("qwen2_vl")
-    (path / "config.json").write_text(json.dumps({
-        "architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl", "hidden_size": 1536, "intermediate_size": 8960,
-        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "vocab_size": 151936,
-        "max_position_embeddings": 32768, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "tie_word_embeddings": True,
-        "torch_dtype": "bfloat16", "hidden_act": "silu", "sliding_window": 32768, "use_sliding_window": False,
-        "vision_start_token_id": 151652, "vision_end_token_id": 151653, "vision_token_id": 151654, "image_token_id": 151655,
-        "video_token_id": 151656, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-        "vision_config": {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3, "hidden_size": 1536,
-                          "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14, "temporal_patch_size": 2}}))
+    (path / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["Qwen2VLForConditionalGeneration"],
+                "model_type": "qwen2_vl",
+                "hidden_size": 1536,
+                "intermediate_size": 8960,
+                "num_hidden_layers": 28,
+                "num_attention_heads": 12,
+                "num_key_value_heads": 2,
+                "vocab_size": 151936,
+                "max_position_embeddings": 32768,
+                "rms_norm_eps": 1e-06,
+                "rope_theta": 1000000.0,
+                "tie_word_embeddings": True,
+                "torch_dtype": "bfloat16",
+                "hidden_act": "silu",
+                "sliding_window": 32768,
+                "use_sliding_window": False,
+                "vision_start_token_id": 151652,
+                "vision_end_token_id": 151653,
+                "vision_token_id": 151654,
+                "image_token_id": 151655,
+                "video_token_id": 151656,
+                "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+                "vision_config": {
+                    "depth": 32,
+                    "embed_dim": 1280,
+                    "mlp_ratio": 4,
+                    "num_heads": 16,
+                    "in_chans": 3,
+                    "hidden_size": 1536,
+                    "patch_size": 14,
+                    "spatial_merge_size": 2,
+                    "spatial_patch_size": 14,
+                    "temporal_patch_size": 2,
+                },
+            }
+        )
+    )
     return path
 
 
@@ -92,7 +149,9 @@ def test_a_vision_language_model_is_planned_with_its_vision_tower(qwen2_vl):
     vl = ("model=auto", f"model.name_or_path={qwen2_vl}", "model.dtype=bfloat16", "topology=1x1", "vllm=off")
     memory = plan_of(*vl, "peft=none")
     _, cfg = driver_report(*vl, "action=plan")
-    assert cfg.model.num_parameters == 2208985600  # the class TRL loads (Qwen2VLForConditionalGeneration) on the meta device
+    assert (
+        cfg.model.num_parameters == 2208985600
+    )  # the class TRL loads (Qwen2VLForConditionalGeneration) on the meta device
     assert 0.6e9 < cfg.model.vision_parameters < 0.7e9
     assert memory["train"]["components_gib"]["weights"] == pytest.approx(2208985600 * 2 / 2**30)
     assert any("vision tower" in note and "trained" in note for note in memory["notes"])
@@ -100,36 +159,66 @@ def test_a_vision_language_model_is_planned_with_its_vision_tower(qwen2_vl):
 
 
 def test_lora_on_a_vision_language_model_checks_its_real_layers(qwen2_vl):
-    vl = ("model=auto", f"model.name_or_path={qwen2_vl}", "model.dtype=bfloat16", "topology=1x1", "vllm=off", "peft=lora")
+    vl = (
+        "model=auto",
+        f"model.name_or_path={qwen2_vl}",
+        "model.dtype=bfloat16",
+        "topology=1x1",
+        "vllm=off",
+        "peft=lora",
+    )
     memory = plan_of(*vl)
     assert any("frozen under LoRA" in note for note in memory["notes"])
     text, _ = driver_report(*vl, "peft.target_modules=[q_proj,qkv,attn_nope]", "action=plan")
-    assert "peft.target_modules: ['attn_nope'] are not linear layers" in text and "'qkv'" in text  # the vision tower's layers too
+    assert (
+        "peft.target_modules: ['attn_nope'] are not linear layers" in text and "'qkv'" in text
+    )  # the vision tower's layers too
 
 
 def test_evaluation_needs_held_out_prompts_and_whole_prompt_groups(tmp_path):
     text, _ = driver_report("trainer.eval_strategy=steps", "trainer.eval_steps=2")
     assert "trainer.eval_strategy: is 'steps', but there are no held-out prompts" in text and "data.eval_path" in text
     assert "data.eval_split: toy_math generates its prompts" in driver_report("data.eval_split=test")[0]
-    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"prompt": f"{a} + 1?", "answer": str(a + 1)}) + "\n" for a in range(8)))
+    (tmp_path / "eval.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"{a} + 1?", "answer": str(a + 1)}) + "\n" for a in range(8))
+    )
     held_out = ("trainer.eval_strategy=steps", "trainer.eval_steps=2", f"data.eval_path={tmp_path / 'eval.jsonl'}")
     assert driver_report(*held_out)[0] == ""
-    assert "trainer.per_device_eval_batch_size: 3 x world size 2 = 6" in driver_report(*held_out, "trainer.per_device_eval_batch_size=3")[0]
+    assert (
+        "trainer.per_device_eval_batch_size: 3 x world size 2 = 6"
+        in driver_report(*held_out, "trainer.per_device_eval_batch_size=3")[0]
+    )
     (tmp_path / "bad.jsonl").write_text('{"question": "x"}\n')
-    assert "data.prompt_column: 'prompt' is not a column" in driver_report(*held_out[:2], f"data.eval_path={tmp_path / 'bad.jsonl'}")[0]
+    assert (
+        "data.prompt_column: 'prompt' is not a column"
+        in driver_report(*held_out[:2], f"data.eval_path={tmp_path / 'bad.jsonl'}")[0]
+    )
 
 
 @pytest.mark.e2e
 def test_qlora_trains_and_evaluates_on_held_out_prompts(cli, tmp_path):
     """One real run for both: 4-bit base weights with LoRA, evaluated every step, W&B offline."""
-    (tmp_path / "eval.jsonl").write_text("".join(json.dumps({"prompt": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n" for a in range(8)))
-    result, run_dir = cli("peft=qlora", "topology.cpu_procs=1", "trainer.max_steps=2", "logger.mode=offline", "trainer.eval_strategy=steps",
-                          "trainer.eval_steps=1", f"data.eval_path={tmp_path / 'eval.jsonl'}")
+    (tmp_path / "eval.jsonl").write_text(
+        "".join(json.dumps({"prompt": f"What is {a} + 1?", "answer": str(a + 1)}) + "\n" for a in range(8))
+    )
+    result, run_dir = cli(
+        "peft=qlora",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=2",
+        "logger.mode=offline",
+        "trainer.eval_strategy=steps",
+        "trainer.eval_steps=1",
+        f"data.eval_path={tmp_path / 'eval.jsonl'}",
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = rundir.read_summary(run_dir)
     runtime = summary["runtime"]
     assert summary["status"] == "completed" and summary["global_step"] == 2
-    assert runtime["weight_bits"] == 4 and runtime["wrapper"].startswith("PeftModel") and runtime["trainable_parameters"] == 32768
+    assert (
+        runtime["weight_bits"] == 4
+        and runtime["wrapper"].startswith("PeftModel")
+        and runtime["trainable_parameters"] == 32768
+    )
     evals = [m for m in rundir.read_metrics(run_dir) if any(k.startswith("eval_") for k in m)]
     assert [m["step"] for m in evals] == [1, 2] and all(isinstance(m["eval_reward"], float) for m in evals)
     history = wandb_file.read_run(wandb_file.find_run_file(run_dir)).history

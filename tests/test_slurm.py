@@ -19,7 +19,9 @@ def fake_slurm(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     captured = tmp_path / "submitted.sh"
-    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nfor a; do f="$a"; done\ncp "$f" {captured}\necho "Submitted batch job 4242"\n')
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/sh\nfor a; do f="$a"; done\ncp "$f" {captured}\necho "Submitted batch job 4242"\n'
+    )
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     for tool in ("sbatch", "srun"):
         (bin_dir / tool).chmod(stat.S_IRWXU)
@@ -29,8 +31,13 @@ def fake_slurm(tmp_path, monkeypatch):
 
 def test_sbatch_script_for_2x8_with_vllm_server(fake_slurm, tmp_path):
     cfg = compose_cfg(
-        "model=qwen7b", "topology=2x8", "vllm=server", "launcher=slurm",
-        "launcher.slurm.partition=gpu", "launcher.slurm.account=rl", "launcher.slurm.time_min=90",
+        "model=qwen7b",
+        "topology=2x8",
+        "vllm=server",
+        "launcher=slurm",
+        "launcher.slurm.partition=gpu",
+        "launcher.slurm.account=rl",
+        "launcher.slurm.time_min=90",
         "+launcher.slurm.additional.exclusive=true",
     )
     run_dir = tmp_path / "run"
@@ -40,9 +47,15 @@ def test_sbatch_script_for_2x8_with_vllm_server(fake_slurm, tmp_path):
     assert job.job_id == "4242"
     script = fake_slurm.read_text()
     for line in (
-        "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=8",
-        "#SBATCH --partition=gpu", "#SBATCH --account=rl", "#SBATCH --time=90",
-        "#SBATCH --cpus-per-task=16", "#SBATCH --exclusive", "#SBATCH --job-name=grpo_exp-default",
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --account=rl",
+        "#SBATCH --time=90",
+        "#SBATCH --cpus-per-task=16",
+        "#SBATCH --exclusive",
+        "#SBATCH --job-name=grpo_exp-default",
     ):
         assert line in script, f"{line} missing from:\n{script}"
     assert "srun" in script and "submitit" in script  # each task unpickles and runs slurm.node_task
@@ -51,7 +64,11 @@ def test_sbatch_script_for_2x8_with_vllm_server(fake_slurm, tmp_path):
 @pytest.mark.e2e
 def test_slurm_launcher_through_submitits_local_executor(cli):
     result, run_dir = cli(
-        "logger=none", "topology=cpu2x1", "launcher=slurm", "launcher.slurm.cluster=local", "trainer.max_steps=2",
+        "logger=none",
+        "topology=cpu2x1",
+        "launcher=slurm",
+        "launcher.slurm.cluster=local",
+        "trainer.max_steps=2",
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = rundir.read_summary(run_dir)

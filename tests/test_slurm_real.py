@@ -27,7 +27,13 @@ def _cluster_problem() -> str | None:
 
 PROBLEM = _cluster_problem()
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(PROBLEM is not None, reason=f"real SLURM: {PROBLEM}")]
-SLURM = ["launcher=slurm", "launcher.slurm.cpus_per_task=1", "launcher.slurm.time_min=10", "logger=none", "topology.cpu_procs=1"]
+SLURM = [
+    "launcher=slurm",
+    "launcher.slurm.cpus_per_task=1",
+    "launcher.slurm.time_min=10",
+    "logger=none",
+    "topology.cpu_procs=1",
+]
 
 
 def _squeue(job_id: str) -> str:
@@ -59,9 +65,16 @@ def test_a_failing_run_brings_its_status_and_exit_code_back(cli, tmp_path, model
 def test_an_oom_trial_is_a_result_and_trials_run_at_the_same_time(cli):
     """A 4-trial grid as concurrent jobs (2 CPUs: two at a time); two trials OOM on purpose."""
     result, sweep_dir = cli(
-        *SLURM, "trainer.max_steps=2", "memory.limit_gib=3", "launcher.slurm.max_parallel=4",
-        "+data.rewards.hog._target_=tests.memory_hog.memory_hog", "+data.rewards.hog.only_rank=0",
-        "+data.rewards.hog.gib=0,8", "seed=1,2", multirun=True, timeout=900,
+        *SLURM,
+        "trainer.max_steps=2",
+        "memory.limit_gib=3",
+        "launcher.slurm.max_parallel=4",
+        "+data.rewards.hog._target_=tests.memory_hog.memory_hog",
+        "+data.rewards.hog.only_rank=0",
+        "+data.rewards.hog.gib=0,8",
+        "seed=1,2",
+        multirun=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summaries = [rundir.read_summary(d) for d in sorted(p.parent for p in sweep_dir.glob("*/summary.json"))]
@@ -79,9 +92,16 @@ def test_frontier_bisects_its_lines_concurrently(cli):
     import json
 
     result, sweep_dir = cli(
-        *SLURM, "trainer.max_steps=1", "memory.limit_gib=5", "+data.rewards.hog._target_=tests.memory_hog.memory_hog",
-        "+data.rewards.hog.gib_per_unit=0.15", "+sweep=frontier", "hydra.sweeper.batch_values=[4,8,16]",
-        "hydra.sweeper.axis_values=[2,4]", multirun=True, timeout=900,
+        *SLURM,
+        "trainer.max_steps=1",
+        "memory.limit_gib=5",
+        "+data.rewards.hog._target_=tests.memory_hog.memory_hog",
+        "+data.rewards.hog.gib_per_unit=0.15",
+        "+sweep=frontier",
+        "hydra.sweeper.batch_values=[4,8,16]",
+        "hydra.sweeper.axis_values=[2,4]",
+        multirun=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert json.loads((sweep_dir / "frontier.json").read_text())["frontier"] == {"2": 8, "4": 4}
@@ -137,8 +157,13 @@ def test_a_job_at_its_time_limit_requeues_and_resumes_to_the_final_step(cli):
     ticks every 30 s); the ranks save, the job requeues itself and the next attempt resumes."""
     steps = 1200  # about 0.07 s each on 2 cores: longer than one attempt
     result, run_dir = cli(
-        *SLURM, f"trainer.max_steps={steps}", "launcher.slurm.time_min=2", "launcher.slurm.signal_delay_s=60",
-        "launcher.slurm.max_requeues=6", "preemption.grace_s=20", timeout=1200,
+        *SLURM,
+        f"trainer.max_steps={steps}",
+        "launcher.slurm.time_min=2",
+        "launcher.slurm.signal_delay_s=60",
+        "launcher.slurm.max_requeues=6",
+        "preemption.grace_s=20",
+        timeout=1200,
     )
     summary = rundir.read_summary(run_dir)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + str(summary)

@@ -65,7 +65,9 @@ def test_the_installed_trl_has_every_method_telemetry_hooks():
     assert telemetry.missing_hooks(GRPOTrainer) == []
 
     class Renamed:  # what a renamed method looks like to the check
-        training_step = _prepare_inputs = _calculate_rewards = _get_per_token_logps_and_entropies = staticmethod(lambda: None)
+        training_step = _prepare_inputs = _calculate_rewards = _get_per_token_logps_and_entropies = staticmethod(
+            lambda: None
+        )
 
     assert telemetry.missing_hooks(Renamed) == ["_generate"]
 
@@ -100,14 +102,20 @@ def test_run_peaks_keep_the_maximum_per_stat():
     telemetry.run_peaks({"memory/train/host_rss_max_gib": 1.0, "memory/train/host_rss_max_gib_mean": 9.0}, peaks)
     telemetry.run_peaks({"memory/generate/host_rss_max_gib": 2.0, "memory/alloc_retries": 3}, peaks)
     telemetry.run_peaks({"memory/train/host_rss_max_gib": 1.5}, peaks)
-    assert peaks == {"memory/peak/train/host_rss_max_gib": 2.0, "memory/peak_phase/train/host_rss_max_gib": 1.5,
-                     "memory/peak_phase/generate/host_rss_max_gib": 2.0}
+    assert peaks == {
+        "memory/peak/train/host_rss_max_gib": 2.0,
+        "memory/peak_phase/train/host_rss_max_gib": 1.5,
+        "memory/peak_phase/generate/host_rss_max_gib": 2.0,
+    }
 
 
 def test_vllm_server_memory_is_its_own_role():
     peaks = {}
     telemetry.run_peaks({"memory/vllm/device_used_max_gib": 70.0, "memory/train/device_used_max_gib": 50.0}, peaks)
-    assert {k: v for k, v in peaks.items() if k.startswith("memory/peak/")} == {"memory/peak/vllm/device_used_max_gib": 70.0, "memory/peak/train/device_used_max_gib": 50.0}
+    assert {k: v for k, v in peaks.items() if k.startswith("memory/peak/")} == {
+        "memory/peak/vllm/device_used_max_gib": 70.0,
+        "memory/peak/train/device_used_max_gib": 50.0,
+    }
 
 
 def test_no_vllm_probe_without_nvml_or_reserved_gpus(monkeypatch):
@@ -121,9 +129,19 @@ def test_no_vllm_probe_without_nvml_or_reserved_gpus(monkeypatch):
 @pytest.mark.parametrize(
     "exc,kind,requested",
     [
-        (RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8589934592 bytes."), "host", 8589934592),
+        (
+            RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8589934592 bytes."),
+            "host",
+            8589934592,
+        ),
         (MemoryError(), "host", None),
-        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.42 GiB. GPU 7 has a total capacity of 79.35 GiB"), "cuda", int(1.42 * 2**30)),
+        (
+            torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 1.42 GiB. GPU 7 has a total capacity of 79.35 GiB"
+            ),
+            "cuda",
+            int(1.42 * 2**30),
+        ),
     ],
 )
 def test_oom_details(exc, kind, requested):

@@ -73,7 +73,13 @@ def test_summary_merges_and_the_status_brings_its_exit_code(tmp_path):
     outcome.write_status(tmp_path, "running", world_size=2)
     assert rundir.read_summary(tmp_path) == {"status": "running", "exit_code": None, "world_size": 2}
     summary = outcome.write_status(tmp_path, "failed", error="boom")
-    assert summary == {"status": "failed", "exit_code": 1, "world_size": 2, "error": "boom", "ended_at": summary["ended_at"]}
+    assert summary == {
+        "status": "failed",
+        "exit_code": 1,
+        "world_size": 2,
+        "error": "boom",
+        "ended_at": summary["ended_at"],
+    }
     assert rundir.read_summary(tmp_path) == summary
     with pytest.raises(KeyError):  # a status without an exit code is a bug, not exit code 1
         outcome.write_status(tmp_path, "finished")
@@ -97,7 +103,10 @@ def test_driver_imports_no_torch():
     import subprocess
     import sys
 
-    code = "import sys, grpo_exp.__main__, grpo_exp.config.checks, grpo_exp.planning.checks; print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
+    code = (
+        "import sys, grpo_exp.__main__, grpo_exp.config.checks, grpo_exp.planning.checks; "
+        "print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -114,9 +123,30 @@ def test_tiny_model_builds_offline_once(tmp_path, monkeypatch):
     assert (path / "config.json").is_file() and (path / "READY").is_file()
     tok = AutoTokenizer.from_pretrained(path)
     assert len(tok) <= model_cfg.vocab_size and tok.eos_token == "<|im_end|>"
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}], add_generation_prompt=True, tokenize=False)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 2?"}], add_generation_prompt=True, tokenize=False
+    )
     assert prompt == "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n"
     built_at = (path / "READY").stat().st_mtime_ns
     assert tiny.tiny_model_dir(model_cfg) == path and (path / "READY").stat().st_mtime_ns == built_at  # cached
     other = tiny.tiny_model_dir(compose_cfg("model.num_hidden_layers=3").model)
     assert other != path  # different architecture numbers, different cache entry
+
+
+def test_the_html_report_is_richs_export_of_the_table_with_the_heatmap_inlined(tmp_path):
+    from grpo_exp.results import compare
+
+    runs = [
+        compare.Run(
+            str(i),
+            {"trainer.num_generations": str(g), "trainer.per_device_train_batch_size": str(b)},
+            {"status": status, "memory/peak/train/host_rss_max_gib": 1.5 + i},
+        )
+        for i, (g, b, status) in enumerate(
+            [(2, 4, "completed"), (2, 8, "completed"), (4, 4, "completed"), (4, 8, "oom")]
+        )
+    ]
+    png = compare.heatmap(runs, tmp_path / "h.png")
+    page = compare.html_report(runs, png, tmp_path / "r.html", "sweep x").read_text()
+    assert page.startswith("<!doctype html>") and "<title>sweep x</title>" in page and "data:image/png;base64," in page
+    assert "trainer.num_generations" in page and page.count("completed") == 3 and "oom" in page

@@ -59,7 +59,10 @@ INVALID_TRAINER = {
     "optim": ("nope", lambda v: _grpo_config("optim", v)),
     "save_strategy": ("sometimes", lambda v: _grpo_config("save_strategy", v)),
     "auto_find_batch_size": (True, lambda v: _grpo_config("auto_find_batch_size", v)),
-    "per_device_train_batch_size": (0, lambda v: torch.utils.data.DataLoader([1], batch_size=v)),  # Trainer's dataloader
+    "per_device_train_batch_size": (
+        0,
+        lambda v: torch.utils.data.DataLoader([1], batch_size=v),
+    ),  # Trainer's dataloader
     "learning_rate": (-1.0, lambda v: _adamw(lr=v)),  # Trainer's AdamW
     "adam_beta1": (1.5, lambda v: _adamw(betas=(v, 0.999))),
     "weight_decay": (-1.0, lambda v: _adamw(weight_decay=v)),
@@ -129,8 +132,16 @@ def test_invalid_example_is_named(overrides):
 
 
 def test_valid_extras_pass():
-    assert problems_for("trainer.beta=0.04", "trainer.sync_ref_model=true", "trainer.epsilon_high=0.28",
-                        "trainer.min_p=0.05", "trainer.save_total_limit=2") == []
+    assert (
+        problems_for(
+            "trainer.beta=0.04",
+            "trainer.sync_ref_model=true",
+            "trainer.epsilon_high=0.28",
+            "trainer.min_p=0.05",
+            "trainer.save_total_limit=2",
+        )
+        == []
+    )
 
 
 def test_batch_rule_is_reported_beside_other_problems():
@@ -139,21 +150,27 @@ def test_batch_rule_is_reported_beside_other_problems():
 
 
 def test_batch_rule_skipped_when_its_inputs_are_invalid():
-    assert keys(problems_for("trainer.per_device_train_batch_size=0", "trainer.num_generations=3")) == ["trainer.per_device_train_batch_size"]
+    assert keys(problems_for("trainer.per_device_train_batch_size=0", "trainer.num_generations=3")) == [
+        "trainer.per_device_train_batch_size"
+    ]
 
 
 # --- unknown and owned keys (Hydra's errors, explained) -------------------------------------------
 
-@pytest.mark.parametrize("override,expected", [
-    ("trainer.epsilon_hi=0.3", "did you mean trainer.epsilon_high"),
-    ("trainer.save_total_limt=2", "did you mean trainer.save_total_limit"),
-    ("trainer.output_dir=/x", "use the run dir (hydra.run.dir)"),
-    ("trainer.seed=1", "use seed (top level)"),
-    ("trainer.hub_token=abc", "HF_TOKEN environment variable"),
-    ("trainer.vllm_gpu_memory_utilization=0.5", "use vllm.gpu_memory_utilization"),
-    ("vllm.server_base_url=http://x", "vllm.server_host and vllm.server_port"),
-    ("topology.nnode=2", "did you mean topology.nnodes"),
-])
+
+@pytest.mark.parametrize(
+    "override,expected",
+    [
+        ("trainer.epsilon_hi=0.3", "did you mean trainer.epsilon_high"),
+        ("trainer.save_total_limt=2", "did you mean trainer.save_total_limit"),
+        ("trainer.output_dir=/x", "use the run dir (hydra.run.dir)"),
+        ("trainer.seed=1", "use seed (top level)"),
+        ("trainer.hub_token=abc", "HF_TOKEN environment variable"),
+        ("trainer.vllm_gpu_memory_utilization=0.5", "use vllm.gpu_memory_utilization"),
+        ("vllm.server_base_url=http://x", "vllm.server_host and vllm.server_port"),
+        ("topology.nnode=2", "did you mean topology.nnodes"),
+    ],
+)
 def test_unknown_key_says_what_to_use(override, expected):
     from hydra.errors import HydraException
 
@@ -200,16 +217,30 @@ def test_every_format_with_renamed_columns_passes(files, name):
 def test_missing_columns_are_named_per_format(files, name):
     found = data_problems(files / name)  # default columns: prompt, answer
     assert keys(found) == ["data.prompt_column", "data.answer_column"]
-    assert "question" in found[0].fix and "data.rewards.correctness, data.rewards.answer_closeness need the reference answers" in found[1].why
+    assert (
+        "question" in found[0].fix
+        and "data.rewards.correctness, data.rewards.answer_closeness need the reference answers" in found[1].why
+    )
 
 
 def test_extra_column_a_reward_needs(files, monkeypatch):
-    cfg = compose_cfg("data=hf", f"data.path={files / 'd.parquet'}", "data.prompt_column=question", "data.answer_column=solution",
-                      "+data.rewards.probe._target_=tests.memory_hog.record_columns")
+    cfg = compose_cfg(
+        "data=hf",
+        f"data.path={files / 'd.parquet'}",
+        "data.prompt_column=question",
+        "data.answer_column=solution",
+        "+data.rewards.probe._target_=tests.memory_hog.record_columns",
+    )
     assert reward_columns(cfg)["probe"] == ["level"]  # a required argument TRL does not supply
     assert data.preflight(cfg.data, reward_columns(cfg)) == []
-    cfg = compose_cfg("data=hf", f"data.path={files / 'd.parquet'}", "data.prompt_column=question", "data.answer_column=solution",
-                      "+data.rewards.probe._target_=tests.memory_hog.record_columns", "+data.rewards.probe.level=1")
+    cfg = compose_cfg(
+        "data=hf",
+        f"data.path={files / 'd.parquet'}",
+        "data.prompt_column=question",
+        "data.answer_column=solution",
+        "+data.rewards.probe._target_=tests.memory_hog.record_columns",
+        "+data.rewards.probe.level=1",
+    )
     assert reward_columns(cfg)["probe"] == []  # bound in the config
 
 
@@ -218,12 +249,20 @@ def test_rows_are_counted_per_format(files, name):
     cfg = data_cfg(files / name, prompt_column="question", answer_column="solution")
     assert data.preflight(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS)) == []
     found = data.preflight(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS) + 1)
-    assert keys(found) == ["data.path"] and f"holds {len(ROWS)} prompts, too few" in found[0].why and "0 steps" in found[0].why
+    assert (
+        keys(found) == ["data.path"]
+        and f"holds {len(ROWS)} prompts, too few" in found[0].why
+        and "0 steps" in found[0].why
+    )
 
 
 def test_too_few_prompts_for_one_generation_batch_are_refused(files):
     # 2 ranks x per_device_train_batch_size 8 x steps_per_generation 1 = 16 completions = 8 prompts x 2 generations
-    batch = ("trainer.per_device_train_batch_size=8", "trainer.gradient_accumulation_steps=1", "trainer.num_generations=2")
+    batch = (
+        "trainer.per_device_train_batch_size=8",
+        "trainer.gradient_accumulation_steps=1",
+        "trainer.num_generations=2",
+    )
     small = ("data=hf", f"data.path={files / 'd.jsonl'}", "data.prompt_column=question", "data.answer_column=solution")
     assert problems_for(*small, *batch) == []  # 8 rows: exactly one batch
     found = problems_for(*small, *batch, "trainer.per_device_train_batch_size=16")
@@ -232,15 +271,21 @@ def test_too_few_prompts_for_one_generation_batch_are_refused(files):
     assert keys(found) == ["data.num_samples"] and "data.num_samples=8 or more" in found[0].fix
     assert keys(problems_for(*batch, "data.num_samples=7")) == ["data.num_samples"]  # toy_math: the same rule
     assert keys(problems_for(*batch, "data.num_samples=0")) == ["data.num_samples"]  # reported once, as out of range
-    assert problems_for(*small, *batch, "trainer.per_device_train_batch_size=16", "action=plan") == []  # a plan trains nothing
+    assert (
+        problems_for(*small, *batch, "trainer.per_device_train_batch_size=16", "action=plan") == []
+    )  # a plan trains nothing
 
 
 def test_missing_split_of_a_saved_dataset_dict(files):
-    assert keys(data_problems(files / "saved_dict", split="validation", prompt_column="question", answer_column="solution")) == ["data.split"]
+    assert keys(
+        data_problems(files / "saved_dict", split="validation", prompt_column="question", answer_column="solution")
+    ) == ["data.split"]
 
 
 def test_broken_files(tmp_path):
-    (tmp_path / "bad.jsonl").write_text('{"prompt": "a", "answer": "1"}\n{"prompt": \n\n{"prompt": "b", "answer": "2"}\n[1]\n')
+    (tmp_path / "bad.jsonl").write_text(
+        '{"prompt": "a", "answer": "1"}\n{"prompt": \n\n{"prompt": "b", "answer": "2"}\n[1]\n'
+    )
     found = data_problems(tmp_path / "bad.jsonl")
     assert [p.why.split(" (")[0] for p in found] == [f"{tmp_path / 'bad.jsonl'} line 2 is not valid JSON"]
     (tmp_path / "arr.jsonl").write_text('{"prompt": "a", "answer": "1"}\n[1]\n')
@@ -270,6 +315,7 @@ def test_toy_math_satisfies_the_default_rewards():
 
 # --- any model --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("family", ["mistral", "gemma"])
 def test_model_auto_reads_config_json_with_an_exact_parameter_count(saved_models, family):
     from transformers import AutoModelForCausalLM
@@ -282,7 +328,15 @@ def test_model_auto_reads_config_json_with_an_exact_parameter_count(saved_models
     real = AutoModelForCausalLM.from_pretrained(saved_models[family])
     assert m.num_parameters == sum(p.numel() for p in real.parameters())
     assert m.tie_word_embeddings == (real.get_output_embeddings().weight is real.get_input_embeddings().weight)
-    assert set(model_info.linear_layer_names(m)) >= {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert set(model_info.linear_layer_names(m)) >= {
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    }
 
 
 def test_model_info_writes_a_named_option(saved_models, tmp_path):
@@ -295,22 +349,36 @@ def test_model_info_writes_a_named_option(saved_models, tmp_path):
 
 
 def test_unmodelled_features_become_plan_notes(tmp_path):
-    config = {"model_type": "qwen2_moe", "architectures": ["Qwen2MoeForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
-              "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 100, "num_experts": 8, "sliding_window": 4096,
-              "use_sliding_window": True}
+    config = {
+        "model_type": "qwen2_moe",
+        "architectures": ["Qwen2MoeForCausalLM"],
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "vocab_size": 100,
+        "num_experts": 8,
+        "sliding_window": 4096,
+        "use_sliding_window": True,
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
     arch = model_info.read_architecture(tmp_path / "config.json")
     notes = " ".join(arch["planner_notes"])
     assert "mixture of experts" in notes and "sliding-window" in notes
-    assert "estimated" not in notes and arch["num_parameters"] > 0  # counted exactly on the meta device (the class TRL loads)
+    assert (
+        "estimated" not in notes and arch["num_parameters"] > 0
+    )  # counted exactly on the meta device (the class TRL loads)
     assert arch["num_key_value_heads"] == 4 and arch["head_dim"] == 16
 
 
-@pytest.mark.parametrize("config,message", [
-    ({"model_type": "t5", "is_encoder_decoder": True}, "encoder-decoder"),
-    ({"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 8}, "no causal LM head"),
-    ({"model_type": "x", "architectures": ["XForCausalLM"]}, "lacks"),
-])
+@pytest.mark.parametrize(
+    "config,message",
+    [
+        ({"model_type": "t5", "is_encoder_decoder": True}, "encoder-decoder"),
+        ({"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 8}, "no causal LM head"),
+        ({"model_type": "x", "architectures": ["XForCausalLM"]}, "lacks"),
+    ],
+)
 def test_models_grpo_cannot_train_are_refused(tmp_path, config, message):
     (tmp_path / "config.json").write_text(json.dumps(config))
     found = problems_for("model=auto", f"model.name_or_path={tmp_path}")
@@ -323,16 +391,31 @@ def test_model_auto_without_config_json(tmp_path):
 
 
 def test_lora_targets_checked_against_the_real_layers(saved_models):
-    found = problems_for("model=auto", f"model.name_or_path={saved_models['gemma']}", "peft=lora", "peft.target_modules=[q_proj,qkv_proj]")
+    found = problems_for(
+        "model=auto",
+        f"model.name_or_path={saved_models['gemma']}",
+        "peft=lora",
+        "peft.target_modules=[q_proj,qkv_proj]",
+    )
     assert keys(found) == ["peft.target_modules"] and "['qkv_proj']" in found[0].why
 
 
 # --- DeepSpeed's own config models --------------------------------------------------------------------
 
+
 def test_deepspeed_keys_checked_by_deepspeed():
     assert problems_for("deepspeed=zero3", "deepspeed.zero_optimization.sub_group_size=2e9") == []
     found = problems_for("deepspeed=zero3", "deepspeed.zero_optimization.sub_group_sizee=2e9")
     assert keys(found) == ["deepspeed.zero_optimization.sub_group_sizee"] and "sub_group_size" in found[0].fix
-    assert keys(problems_for("deepspeed=zero2", "deepspeed.zero_optimisation.stage=3")) == ["deepspeed.zero_optimisation"]
-    assert keys(problems_for("deepspeed=zero2", "deepspeed.zero_optimization.stage=x")) == ["deepspeed.zero_optimization.stage"]
-    assert deepspeed_check.problems({"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}, "bf16": {"enabled": "auto"}}) == []
+    assert keys(problems_for("deepspeed=zero2", "deepspeed.zero_optimisation.stage=3")) == [
+        "deepspeed.zero_optimisation"
+    ]
+    assert keys(problems_for("deepspeed=zero2", "deepspeed.zero_optimization.stage=x")) == [
+        "deepspeed.zero_optimization.stage"
+    ]
+    assert (
+        deepspeed_check.problems(
+            {"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"}, "bf16": {"enabled": "auto"}}
+        )
+        == []
+    )

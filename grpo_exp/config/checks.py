@@ -42,7 +42,16 @@ CHOICES = {
     "trainer.multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "vllm.importance_sampling_mode": ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
     "vllm.model_impl": ("vllm", "transformers"),
-    "trainer.ddp_backend": ("nccl", "gloo", "mpi", "ccl", "hccl", "cncl", "mccl", "xccl"),  # transformers' TrainingArguments
+    "trainer.ddp_backend": (
+        "nccl",
+        "gloo",
+        "mpi",
+        "ccl",
+        "hccl",
+        "cncl",
+        "mccl",
+        "xccl",
+    ),  # transformers' TrainingArguments
     **ENUM_CHOICES,
 }
 
@@ -150,8 +159,14 @@ RANGES = {
 }
 # Keys the plan reads: when one of them is invalid, no plan is made (checks that need it are skipped).
 PLAN_INPUTS = {
-    "topology.nnodes", "topology.gpus_per_node", "topology.cpu_procs", "topology.node_rank", "vllm.gpus", "vllm.nodes",
-    "vllm.tensor_parallel_size", "vllm.mode",
+    "topology.nnodes",
+    "topology.gpus_per_node",
+    "topology.cpu_procs",
+    "topology.node_rank",
+    "vllm.gpus",
+    "vllm.nodes",
+    "vllm.tensor_parallel_size",
+    "vllm.mode",
 }
 
 
@@ -168,7 +183,10 @@ def _flat_numbers(node, prefix: str = ""):
 
 
 def check_required(cfg: DictConfig) -> list[Problem]:
-    return [Problem(key, "is required and has no value", f"set it on the command line: {key}=...") for key in OmegaConf.missing_keys(cfg)]
+    return [
+        Problem(key, "is required and has no value", f"set it on the command line: {key}=...")
+        for key in OmegaConf.missing_keys(cfg)
+    ]
 
 
 def check_unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Problem]:
@@ -192,7 +210,9 @@ def check_choices(cfg: DictConfig) -> list[Problem]:
     for key, allowed in CHOICES.items():
         value = OmegaConf.select(cfg, key)
         if value is not None and value not in allowed:
-            problems.append(Problem(key, f"'{value}' is not a valid option", f"use one of: {', '.join(map(str, allowed))}"))
+            problems.append(
+                Problem(key, f"'{value}' is not a valid option", f"use one of: {', '.join(map(str, allowed))}")
+            )
     return problems
 
 
@@ -207,7 +227,11 @@ def check_ranges(cfg: DictConfig) -> list[Problem]:
     bounded = set(RANGES)
     for key, value in _flat_numbers(OmegaConf.to_container(cfg, resolve=True)):
         if key not in bounded and not key.startswith("hydra.") and (not math.isfinite(value) or abs(value) > 2**53):
-            problems.append(Problem(key, f"is {value:.6g}; numbers must be finite and at most 2^53", f"set {key} to a realistic value"))
+            problems.append(
+                Problem(
+                    key, f"is {value:.6g}; numbers must be finite and at most 2^53", f"set {key} to a realistic value"
+                )
+            )
     return problems
 
 
@@ -217,7 +241,9 @@ def check_mappings(cfg: DictConfig) -> list[Problem]:
     for key in DICT_FIELDS:
         value = OmegaConf.select(cfg, key)
         if value is not None and not isinstance(value, DictConfig):
-            problems.append(Problem(key, f"is {value!r}; it takes a mapping", f"write {key}={{name: value, ...}} or null"))
+            problems.append(
+                Problem(key, f"is {value!r}; it takes a mapping", f"write {key}={{name: value, ...}} or null")
+            )
     return problems
 
 
@@ -226,61 +252,130 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
     t, v = cfg.trainer, cfg.vllm
     problems = []
     if t.sync_ref_model and t.beta == 0:
-        problems.append(Problem(
-            "trainer.sync_ref_model",
-            "is true while trainer.beta is 0: no reference model is loaded, so there is nothing to sync (TRL refuses it)",
-            "set trainer.beta > 0 (e.g. 0.04), or trainer.sync_ref_model=false",
-        ))
+        problems.append(
+            Problem(
+                "trainer.sync_ref_model",
+                "is true while trainer.beta is 0: no reference model is loaded, so there is nothing to sync (TRL "
+                "refuses it)",
+                "set trainer.beta > 0 (e.g. 0.04), or trainer.sync_ref_model=false",
+            )
+        )
     if t.sync_ref_model and cfg.peft.enabled:
-        problems.append(Problem("trainer.sync_ref_model", "is not supported with LoRA: the reference model is the frozen base (TRL refuses it)",
-                                "set trainer.sync_ref_model=false, or peft=none"))
+        problems.append(
+            Problem(
+                "trainer.sync_ref_model",
+                "is not supported with LoRA: the reference model is the frozen base (TRL refuses it)",
+                "set trainer.sync_ref_model=false, or peft=none",
+            )
+        )
     if t.auto_find_batch_size:
-        problems.append(Problem(
-            "trainer.auto_find_batch_size", "would break GRPO's prompt groups when it halves the batch (TRL refuses it)",
-            "set it false; preflight.on_oom=fit shrinks the batch and keeps the groups",
-        ))
+        problems.append(
+            Problem(
+                "trainer.auto_find_batch_size",
+                "would break GRPO's prompt groups when it halves the batch (TRL refuses it)",
+                "set it false; preflight.on_oom=fit shrinks the batch and keeps the groups",
+            )
+        )
     if t.log_completions_hub_repo is not None and not t.log_completions:
-        problems.append(Problem("trainer.log_completions_hub_repo", "is set while trainer.log_completions is false",
-                                "set trainer.log_completions=true, or null the repo"))
+        problems.append(
+            Problem(
+                "trainer.log_completions_hub_repo",
+                "is set while trainer.log_completions is false",
+                "set trainer.log_completions=true, or null the repo",
+            )
+        )
     held_out = cfg.data.eval_path is not None or cfg.data.eval_split is not None
     if (t.eval_strategy != "no" or t.do_eval) and not held_out:
-        problems.append(Problem(
-            "trainer.eval_strategy",
-            f"is '{t.eval_strategy}', but there are no held-out prompts to evaluate on (GRPOTrainer needs an eval dataset)",
-            "set data.eval_path=<file or directory> or data.eval_split=<split of data.path>, or trainer.eval_strategy=no",
-        ))
+        problems.append(
+            Problem(
+                "trainer.eval_strategy",
+                f"is '{t.eval_strategy}', but there are no held-out prompts to evaluate on (GRPOTrainer needs an "
+                "eval dataset)",
+                "set data.eval_path=<file or directory> or data.eval_split=<split of data.path>, or "
+                "trainer.eval_strategy=no",
+            )
+        )
     if cfg.data.eval_split is not None and cfg.data.eval_path is None and cfg.data.loader == "toy_math":
-        problems.append(Problem("data.eval_split", "toy_math generates its prompts and has no splits", "use data.eval_path=<file> for held-out prompts"))
+        problems.append(
+            Problem(
+                "data.eval_split",
+                "toy_math generates its prompts and has no splits",
+                "use data.eval_path=<file> for held-out prompts",
+            )
+        )
     if t.eval_strategy == "steps" and t.eval_steps is None and t.logging_steps is None:
         problems.append(Problem("trainer.eval_steps", "is null with eval_strategy=steps", "set trainer.eval_steps"))
     low, high = v.importance_sampling_clip_min, v.importance_sampling_clip_max
     if low is not None and high is not None and low >= high:
-        problems.append(Problem("vllm.importance_sampling_clip_min", f"{low} is not below vllm.importance_sampling_clip_max {high}",
-                                "make clip_min < clip_max"))
-    if v.mode != "off" and v.importance_sampling_correction and v.importance_sampling_mode.endswith("_truncate") and low is None and high is None:
-        problems.append(Problem(
-            "vllm.importance_sampling_clip_max",
-            f"is null, but vllm.importance_sampling_mode={v.importance_sampling_mode} needs a bound",
-            "set vllm.importance_sampling_clip_max (TRL's default is 3.0)",
-        ))
+        problems.append(
+            Problem(
+                "vllm.importance_sampling_clip_min",
+                f"{low} is not below vllm.importance_sampling_clip_max {high}",
+                "make clip_min < clip_max",
+            )
+        )
+    if (
+        v.mode != "off"
+        and v.importance_sampling_correction
+        and v.importance_sampling_mode.endswith("_truncate")
+        and low is None
+        and high is None
+    ):
+        problems.append(
+            Problem(
+                "vllm.importance_sampling_clip_max",
+                f"is null, but vllm.importance_sampling_mode={v.importance_sampling_mode} needs a bound",
+                "set vllm.importance_sampling_clip_max (TRL's default is 3.0)",
+            )
+        )
     if "dtype" in (t.model_init_kwargs or {}):
-        problems.append(Problem("trainer.model_init_kwargs.dtype", "is set by model.dtype (the planner sizes weights by it)", "use model.dtype=..."))
+        problems.append(
+            Problem(
+                "trainer.model_init_kwargs.dtype",
+                "is set by model.dtype (the planner sizes weights by it)",
+                "use model.dtype=...",
+            )
+        )
     q = cfg.model.get("quantization")
     if q is not None and not cfg.peft.enabled:
-        problems.append(Problem("model.quantization", f"holds the base weights in {q.bits} bits, which cannot train: only adapters can",
-                                "use peft=qlora (or peft=lora with a quantized checkpoint)"))
-    if q is not None and not q.prequantized and (q.method, q.bits, q.quant_type) not in {("bitsandbytes", 8, q.quant_type),
-                                                                                         ("bitsandbytes", 4, "nf4"), ("bitsandbytes", 4, "fp4")}:
-        problems.append(Problem("model.quantization", f"{q.method} {q.bits}-bit {q.quant_type} is not a load-time quantization grpo_exp "
-                                "builds (bitsandbytes 4-bit nf4/fp4 or 8-bit)", "set model.quantization.bits=4 and quant_type=nf4"))
+        problems.append(
+            Problem(
+                "model.quantization",
+                f"holds the base weights in {q.bits} bits, which cannot train: only adapters can",
+                "use peft=qlora (or peft=lora with a quantized checkpoint)",
+            )
+        )
+    if (
+        q is not None
+        and not q.prequantized
+        and (q.method, q.bits, q.quant_type)
+        not in {("bitsandbytes", 8, q.quant_type), ("bitsandbytes", 4, "nf4"), ("bitsandbytes", 4, "fp4")}
+    ):
+        problems.append(
+            Problem(
+                "model.quantization",
+                f"{q.method} {q.bits}-bit {q.quant_type} is not a load-time quantization grpo_exp "
+                "builds (bitsandbytes 4-bit nf4/fp4 or 8-bit)",
+                "set model.quantization.bits=4 and quant_type=nf4",
+            )
+        )
     if q is not None and q.compute_dtype not in DTYPES:
-        problems.append(Problem("model.quantization.compute_dtype", f"'{q.compute_dtype}' is not a valid option", f"use one of: {', '.join(DTYPES)}"))
+        problems.append(
+            Problem(
+                "model.quantization.compute_dtype",
+                f"'{q.compute_dtype}' is not a valid option",
+                f"use one of: {', '.join(DTYPES)}",
+            )
+        )
     if cfg.peft.enabled and "lm_head" in cfg.peft.target_modules:
-        problems.append(Problem(
-            "peft.target_modules",
-            "includes lm_head: TRL computes log-probs from lm_head.weight directly, so an adapter there would never train (TRL refuses it)",
-            "remove lm_head from peft.target_modules",
-        ))
+        problems.append(
+            Problem(
+                "peft.target_modules",
+                "includes lm_head: TRL computes log-probs from lm_head.weight directly, so an adapter there would "
+                "never train (TRL refuses it)",
+                "remove lm_head from peft.target_modules",
+            )
+        )
     return problems + check_transformers_rules(cfg)
 
 
@@ -289,37 +384,87 @@ def check_transformers_rules(cfg: DictConfig) -> list[Problem]:
     what they refuse inside every worker, refused here first."""
     t = cfg.trainer
     problems = []
-    for name, strategy in (("logging_steps", t.logging_strategy), ("eval_steps", t.eval_strategy), ("save_steps", t.save_strategy)):
+    for name, strategy in (
+        ("logging_steps", t.logging_strategy),
+        ("eval_steps", t.eval_strategy),
+        ("save_steps", t.save_strategy),
+    ):
         value = t[name]
         if strategy == "steps" and _is_number(value) and math.isfinite(value) and value > 1 and value != int(value):
-            problems.append(Problem(f"trainer.{name}", f"is {value}: above 1 it counts steps and must be a whole number (below 1: a ratio of the run)",
-                                    f"set trainer.{name}={math.ceil(value)}"))
+            problems.append(
+                Problem(
+                    f"trainer.{name}",
+                    f"is {value}: above 1 it counts steps and must be a whole number (below 1: a ratio of the run)",
+                    f"set trainer.{name}={math.ceil(value)}",
+                )
+            )
     if t.fp16 and t.bf16:
-        problems.append(Problem("trainer.fp16", "and trainer.bf16 are both true; mixed precision is one or the other (transformers refuses both)",
-                                f"set trainer.fp16=false (model.dtype={cfg.model.dtype} turns bf16 on), or trainer.bf16=false"))
+        problems.append(
+            Problem(
+                "trainer.fp16",
+                "and trainer.bf16 are both true; mixed precision is one or the other (transformers refuses both)",
+                f"set trainer.fp16=false (model.dtype={cfg.model.dtype} turns bf16 on), or trainer.bf16=false",
+            )
+        )
     if t.fp16_full_eval and t.bf16_full_eval:
-        problems.append(Problem("trainer.fp16_full_eval", "and trainer.bf16_full_eval are both true", "keep one of them"))
+        problems.append(
+            Problem("trainer.fp16_full_eval", "and trainer.bf16_full_eval are both true", "keep one of them")
+        )
     if t.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy") and t.eval_strategy == "no":
-        problems.append(Problem("trainer.lr_scheduler_type", f"'{t.lr_scheduler_type}' steps on an eval metric, and trainer.eval_strategy is no",
-                                "use another scheduler (cosine, linear, ...)"))
+        problems.append(
+            Problem(
+                "trainer.lr_scheduler_type",
+                f"'{t.lr_scheduler_type}' steps on an eval metric, and trainer.eval_strategy is no",
+                "use another scheduler (cosine, linear, ...)",
+            )
+        )
     kwargs = OmegaConf.to_container(t.lr_scheduler_kwargs) if isinstance(t.lr_scheduler_kwargs, DictConfig) else {}
     accepted = SCHEDULER_KWARGS.get(t.lr_scheduler_type)
     unknown = sorted(set(kwargs) - set(accepted)) if accepted is not None else []
     if unknown:
-        problems.append(Problem("trainer.lr_scheduler_kwargs", f"{unknown} are not arguments of the '{t.lr_scheduler_type}' scheduler",
-                                f"use {list(accepted) or 'no arguments'}"))
-    if t.lr_scheduler_type in ("cosine_with_min_lr", "cosine_warmup_with_min_lr") and ("min_lr" in kwargs) == ("min_lr_rate" in kwargs):
-        problems.append(Problem("trainer.lr_scheduler_kwargs", f"the '{t.lr_scheduler_type}' scheduler needs exactly one of min_lr and min_lr_rate",
-                                "set trainer.lr_scheduler_kwargs={min_lr_rate: 0.1}"))
+        problems.append(
+            Problem(
+                "trainer.lr_scheduler_kwargs",
+                f"{unknown} are not arguments of the '{t.lr_scheduler_type}' scheduler",
+                f"use {list(accepted) or 'no arguments'}",
+            )
+        )
+    if t.lr_scheduler_type in ("cosine_with_min_lr", "cosine_warmup_with_min_lr") and ("min_lr" in kwargs) == (
+        "min_lr_rate" in kwargs
+    ):
+        problems.append(
+            Problem(
+                "trainer.lr_scheduler_kwargs",
+                f"the '{t.lr_scheduler_type}' scheduler needs exactly one of min_lr and min_lr_rate",
+                "set trainer.lr_scheduler_kwargs={min_lr_rate: 0.1}",
+            )
+        )
     for option in str(t.debug or "").split() if isinstance(t.debug, str) else []:
         if option not in DEBUG_OPTIONS:
-            problems.append(Problem("trainer.debug", f"'{option}' is not a debug option", f"use '' or one of: {', '.join(DEBUG_OPTIONS)}"))
+            problems.append(
+                Problem(
+                    "trainer.debug",
+                    f"'{option}' is not a debug option",
+                    f"use '' or one of: {', '.join(DEBUG_OPTIONS)}",
+                )
+            )
     if t.dataloader_prefetch_factor is not None and t.dataloader_num_workers == 0:
-        problems.append(Problem("trainer.dataloader_prefetch_factor", "is set while trainer.dataloader_num_workers is 0 (no worker prefetches)",
-                                "set trainer.dataloader_num_workers > 0, or null the prefetch factor"))
+        problems.append(
+            Problem(
+                "trainer.dataloader_prefetch_factor",
+                "is set while trainer.dataloader_num_workers is 0 (no worker prefetches)",
+                "set trainer.dataloader_num_workers > 0, or null the prefetch factor",
+            )
+        )
     if t.load_best_model_at_end and t.save_strategy != "best" and t.eval_strategy != t.save_strategy:
-        problems.append(Problem("trainer.load_best_model_at_end", f"needs trainer.save_strategy ('{t.save_strategy}') to match trainer.eval_strategy "
-                                f"('{t.eval_strategy}')", "set both strategies alike, or save_strategy=best"))
+        problems.append(
+            Problem(
+                "trainer.load_best_model_at_end",
+                f"needs trainer.save_strategy ('{t.save_strategy}') to match trainer.eval_strategy "
+                f"('{t.eval_strategy}')",
+                "set both strategies alike, or save_strategy=best",
+            )
+        )
     return problems
 
 
@@ -335,26 +480,47 @@ def check_rewards(cfg: DictConfig) -> list[Problem]:
     problems = []
     rewards = active_rewards(cfg.data)
     if not rewards:
-        problems.append(Problem("data.rewards", "no reward function is configured",
-                                "add one, e.g. +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness"))
+        problems.append(
+            Problem(
+                "data.rewards",
+                "no reward function is configured",
+                "add one, e.g. +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness",
+            )
+        )
     for name, node in rewards.items():
         target = node.get("_target_") if isinstance(node, DictConfig) else None
         try:
             get_method(target)
         except Exception:
-            problems.append(Problem(f"data.rewards.{name}._target_", f"'{target}' is not an importable function",
-                                    "name a function such as grpo_exp.training.rewards.correctness"))
+            problems.append(
+                Problem(
+                    f"data.rewards.{name}._target_",
+                    f"'{target}' is not an importable function",
+                    "name a function such as grpo_exp.training.rewards.correctness",
+                )
+            )
     weights = cfg.trainer.reward_weights
     if weights is not None and len(weights) != len(rewards):
-        problems.append(Problem(
-            "trainer.reward_weights", f"has {len(weights)} weights for {len(rewards)} reward functions ({', '.join(rewards)})",
-            "give one weight per data.rewards entry, or null",
-        ))
+        problems.append(
+            Problem(
+                "trainer.reward_weights",
+                f"has {len(weights)} weights for {len(rewards)} reward functions ({', '.join(rewards)})",
+                "give one weight per data.rewards entry, or null",
+            )
+        )
     return problems
 
 
 # Arguments TRL itself passes to every reward function; any other required one is a dataset column.
-TRL_REWARD_ARGUMENTS = {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+TRL_REWARD_ARGUMENTS = {
+    "prompts",
+    "completions",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+    "environments",
+}
 
 
 def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
@@ -371,8 +537,12 @@ def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
         bound = set(node) - {"_target_"}
         params = inspect.signature(func).parameters.values()
         needed[name] = [
-            p.name for p in params if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-            and p.name not in TRL_REWARD_ARGUMENTS and p.name not in bound
+            p.name
+            for p in params
+            if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name not in TRL_REWARD_ARGUMENTS
+            and p.name not in bound
         ]
     return needed
 
@@ -382,12 +552,21 @@ def check_lora(cfg: DictConfig) -> list[Problem]:
     if not cfg.peft.enabled:
         return []
     if not cfg.peft.target_modules:
-        return [Problem("peft.target_modules", "is empty: LoRA would train nothing", "list linear layers, e.g. [q_proj, v_proj]")]
+        return [
+            Problem(
+                "peft.target_modules", "is empty: LoRA would train nothing", "list linear layers, e.g. [q_proj, v_proj]"
+            )
+        ]
     known = model_info.linear_layer_names(cfg.model)
     unknown = [m for m in cfg.peft.target_modules if m not in known and m != "lm_head"]
     if unknown:
-        return [Problem("peft.target_modules", f"{unknown} are not linear layers of {cfg.model.name} ({cfg.model.model_type})",
-                        f"choose from {[m for m in known if m != 'lm_head']}")]
+        return [
+            Problem(
+                "peft.target_modules",
+                f"{unknown} are not linear layers of {cfg.model.name} ({cfg.model.model_type})",
+                f"choose from {[m for m in known if m != 'lm_head']}",
+            )
+        ]
     return []
 
 

@@ -17,14 +17,51 @@ from grpo_exp import Problem
 
 # Top-level sections DeepSpeed reads (deepspeed/runtime/config.py); used only to catch near-misses.
 KNOWN_TOP_LEVEL = (
-    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
-    "fp16", "bf16", "amp", "torch_autocast", "gradient_clipping", "prescale_gradients", "gradient_predivide_factor",
-    "communication_data_type", "zero_optimization", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer",
-    "activation_checkpointing", "flops_profiler", "wall_clock_breakdown", "memory_breakdown", "steps_per_print",
-    "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "checkpoint", "data_types", "aio",
-    "elasticity", "autotuning", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
-    "sparse_attention", "hybrid_engine", "tensor_parallel", "compile", "timers", "dump_state",
-    "dataloader_drop_last", "seq_parallel_communication_data_type", "gradient_allreduce_op", "nebula",
+    "train_batch_size",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "optimizer",
+    "scheduler",
+    "fp16",
+    "bf16",
+    "amp",
+    "torch_autocast",
+    "gradient_clipping",
+    "prescale_gradients",
+    "gradient_predivide_factor",
+    "communication_data_type",
+    "zero_optimization",
+    "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer",
+    "activation_checkpointing",
+    "flops_profiler",
+    "wall_clock_breakdown",
+    "memory_breakdown",
+    "steps_per_print",
+    "tensorboard",
+    "wandb",
+    "csv_monitor",
+    "comet",
+    "comms_logger",
+    "checkpoint",
+    "data_types",
+    "aio",
+    "elasticity",
+    "autotuning",
+    "compression_training",
+    "data_efficiency",
+    "curriculum_learning",
+    "pipeline",
+    "sparse_attention",
+    "hybrid_engine",
+    "tensor_parallel",
+    "compile",
+    "timers",
+    "dump_state",
+    "dataloader_drop_last",
+    "seq_parallel_communication_data_type",
+    "gradient_allreduce_op",
+    "nebula",
 )
 
 
@@ -38,7 +75,13 @@ def _model_problems(section: str, model, values) -> list[Problem]:
     import pydantic
 
     if not isinstance(values, dict):
-        return [Problem(f"deepspeed.{section}", f"is {values!r}; DeepSpeed expects a mapping", f"write deepspeed.{section}.<key>=<value>")]
+        return [
+            Problem(
+                f"deepspeed.{section}",
+                f"is {values!r}; DeepSpeed expects a mapping",
+                f"write deepspeed.{section}.<key>=<value>",
+            )
+        ]
     try:
         model(**_without_auto(values))
     except pydantic.ValidationError as exc:
@@ -48,10 +91,20 @@ def _model_problems(section: str, model, values) -> list[Problem]:
             if error["type"] == "extra_forbidden":
                 leaf = str(error["loc"][-1])
                 close = difflib.get_close_matches(leaf, list(model.model_fields), n=3, cutoff=0.6)
-                fix = f"did you mean {' or '.join(close)}?" if close else f"see DeepSpeed's {model.__name__} for the valid keys"
+                fix = (
+                    f"did you mean {' or '.join(close)}?"
+                    if close
+                    else f"see DeepSpeed's {model.__name__} for the valid keys"
+                )
                 problems.append(Problem(key, f"DeepSpeed does not know this key ({model.__name__})", fix))
             else:
-                problems.append(Problem(key, f"{error['msg']} (DeepSpeed {model.__name__})", "give a value of the type DeepSpeed expects"))
+                problems.append(
+                    Problem(
+                        key,
+                        f"{error['msg']} (DeepSpeed {model.__name__})",
+                        "give a value of the type DeepSpeed expects",
+                    )
+                )
         return problems
     return []
 
@@ -70,7 +123,11 @@ def problems(ds: dict) -> list[Problem]:
             os.environ.pop("DS_ACCELERATOR", None)
 
     out = []
-    for section, model in (("zero_optimization", DeepSpeedZeroConfig), ("bf16", DeepSpeedBF16Config), ("fp16", DeepSpeedFP16Config)):
+    for section, model in (
+        ("zero_optimization", DeepSpeedZeroConfig),
+        ("bf16", DeepSpeedBF16Config),
+        ("fp16", DeepSpeedFP16Config),
+    ):
         if section in ds:
             out += _model_problems(section, model, ds[section])
     for key in ds:
@@ -78,7 +135,13 @@ def problems(ds: dict) -> list[Problem]:
             continue
         close = difflib.get_close_matches(key, KNOWN_TOP_LEVEL, n=1, cutoff=0.8)
         if close:
-            out.append(Problem(f"deepspeed.{key}", "DeepSpeed would silently ignore this key", f"did you mean deepspeed.{close[0]}?"))
+            out.append(
+                Problem(
+                    f"deepspeed.{key}",
+                    "DeepSpeed would silently ignore this key",
+                    f"did you mean deepspeed.{close[0]}?",
+                )
+            )
     return out
 
 
@@ -96,24 +159,54 @@ def against_trainer(ds: dict, trainer) -> list[Problem]:
     """The deepspeed group's top-level values against the trainer's (`trainer` = cfg.trainer)."""
     out = []
     if "train_micro_batch_size_per_gpu" not in ds and "train_batch_size" not in ds:
-        return [Problem("deepspeed", f"holds only {sorted(ds)}: DeepSpeed needs a batch size (train_micro_batch_size_per_gpu), which the "
-                        "shipped options leave to transformers as auto", "choose an option (deepspeed=zero2, ...) and override its keys")]
+        return [
+            Problem(
+                "deepspeed",
+                f"holds only {sorted(ds)}: DeepSpeed needs a batch size (train_micro_batch_size_per_gpu), which the "
+                "shipped options leave to transformers as auto",
+                "choose an option (deepspeed=zero2, ...) and override its keys",
+            )
+        ]
     for key, field in MATCHED.items():
         value = ds.get(key, "auto")
         if value != "auto" and value != trainer[field]:
-            out.append(Problem(f"deepspeed.{key}", f"is {value!r} but trainer.{field} is {trainer[field]}; transformers fills it from the "
-                               "trainer and refuses a different value", f"set deepspeed.{key}=auto (or trainer.{field}={value!r})"))
+            out.append(
+                Problem(
+                    f"deepspeed.{key}",
+                    f"is {value!r} but trainer.{field} is {trainer[field]}; transformers fills it from the "
+                    "trainer and refuses a different value",
+                    f"set deepspeed.{key}=auto (or trainer.{field}={value!r})",
+                )
+            )
     total = ds.get("train_batch_size", "auto")
     if total != "auto" and not (isinstance(total, int) and not isinstance(total, bool) and total >= 1):
-        out.append(Problem("deepspeed.train_batch_size", f"is {total!r}; it must be auto or a whole number of sequences",
-                           "set deepspeed.train_batch_size=auto (per_device x world size x gradient_accumulation_steps)"))
-    enabled = {p: (ds.get(p) or {}).get("enabled", "auto") if isinstance(ds.get(p), dict) else "auto" for p in ("fp16", "bf16")}
+        out.append(
+            Problem(
+                "deepspeed.train_batch_size",
+                f"is {total!r}; it must be auto or a whole number of sequences",
+                "set deepspeed.train_batch_size=auto (per_device x world size x gradient_accumulation_steps)",
+            )
+        )
+    enabled = {
+        p: (ds.get(p) or {}).get("enabled", "auto") if isinstance(ds.get(p), dict) else "auto" for p in ("fp16", "bf16")
+    }
     if enabled["fp16"] is True and enabled["bf16"] is True:
-        out.append(Problem("deepspeed.fp16.enabled", "and deepspeed.bf16.enabled are both true (DeepSpeed refuses both)",
-                           "set one of them to false, or both to auto (they follow trainer.bf16 / trainer.fp16)"))
+        out.append(
+            Problem(
+                "deepspeed.fp16.enabled",
+                "and deepspeed.bf16.enabled are both true (DeepSpeed refuses both)",
+                "set one of them to false, or both to auto (they follow trainer.bf16 / trainer.fp16)",
+            )
+        )
     for precision in ("fp16", "bf16"):
         wanted = bool(trainer[precision] or trainer[f"{precision}_full_eval"])
         if enabled[precision] not in ("auto", wanted) and isinstance(enabled[precision], bool):
-            out.append(Problem(f"deepspeed.{precision}.enabled", f"is {enabled[precision]} but trainer.{precision} is {trainer[precision]}; "
-                               "transformers refuses the mismatch", f"set deepspeed.{precision}.enabled=auto"))
+            out.append(
+                Problem(
+                    f"deepspeed.{precision}.enabled",
+                    f"is {enabled[precision]} but trainer.{precision} is {trainer[precision]}; "
+                    "transformers refuses the mismatch",
+                    f"set deepspeed.{precision}.enabled=auto",
+                )
+            )
     return out

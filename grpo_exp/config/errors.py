@@ -40,20 +40,28 @@ def explain(exc: Exception) -> str:
         group, _, option = (exc.missing_cfg_file or "").rpartition("/")
         return f"{group}={option}: no such option\n    fix: use one of: {', '.join(sorted(exc.options))}"
     if isinstance(exc, OverrideParseException):
-        return f"{exc.override}: not a valid override ({exc.message.splitlines()[0]})\n    fix: write key=value, group=option or +key=value"
+        why = exc.message.splitlines()[0]
+        return f"{exc.override}: not a valid override ({why})\n    fix: write key=value, group=option or +key=value"
     cause = exc.__cause__ if exc.__cause__ is not None else exc
-    named = re.search(r"full_key: (\S+)", str(cause))  # OmegaConf names the key in the message of errors it does not type
+    named = re.search(
+        r"full_key: (\S+)", str(cause)
+    )  # OmegaConf names the key in the message of errors it does not type
     key = getattr(cause, "full_key", None) or (named.group(1) if named else None)
     if key and isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         return str(unknown_key(key))
     if key and isinstance(cause, ValidationError):
         wanted = re.search(r"converted to (\w+)", cause.msg)
         kind = f"a {wanted.group(1)}" if wanted else "a value of its type"
-        return f"{key}: {cause.msg.splitlines()[0]}\n    fix: {key} takes {kind}; `python -m grpo_exp --cfg job` shows every value"
+        why = cause.msg.splitlines()[0]
+        return f"{key}: {why}\n    fix: {key} takes {kind}; `python -m grpo_exp --cfg job` shows every value"
     if isinstance(cause, OverflowError):
-        return f"{key or 'a value'}: is too large for a number ({str(cause).splitlines()[0]})\n    fix: give a value below 1e308"
+        why = str(cause).splitlines()[0]
+        return f"{key or 'a value'}: is too large for a number ({why})\n    fix: give a value below 1e308"
     if isinstance(cause, ValueError) and "Config group override must be a string" in str(cause):
-        return f"a group option: {str(cause).splitlines()[0]}\n    fix: write group=option (model=qwen7b); `python -m grpo_exp --help` lists them"
+        why = str(cause).splitlines()[0]
+        return (
+            f"a group option: {why}\n    fix: write group=option (model=qwen7b); `python -m grpo_exp --help` lists them"
+        )
     return str(exc).strip()
 
 
@@ -71,15 +79,25 @@ def unknown_key(key: str) -> Problem:
     parent, _, name = key.rpartition(".")
     field_name = name if parent == "trainer" else f"vllm_{name}"
     if parent in ("trainer", "vllm") and field_name in OWNED_TRAINER_FIELDS:
-        return Problem(key, f"grpo_exp sets GRPOConfig's `{field_name}` itself", f"use {OWNED_TRAINER_FIELDS[field_name]}")
+        return Problem(
+            key, f"grpo_exp sets GRPOConfig's `{field_name}` itself", f"use {OWNED_TRAINER_FIELDS[field_name]}"
+        )
     found = keys.home(key)
     if found is not None and found.key is not None:
         note = f" ({found.note})" if found.note else ""
-        return Problem(key, f"is not a grpo_exp key: it is a name from TRL's scripts, older TRL or open-r1{note}", f"use {found.key}")
+        return Problem(
+            key,
+            f"is not a grpo_exp key: it is a name from TRL's scripts, older TRL or open-r1{note}",
+            f"use {found.key}",
+        )
     if found is not None:
         return Problem(key, f"has no grpo_exp key: {found.note}", f"remove {key}")
     if parent == "trainer" and name.startswith("vllm_"):
-        return Problem(key, "vLLM settings live in the vllm group, without the vllm_ prefix", f"use vllm.{name.removeprefix('vllm_')}")
+        return Problem(
+            key,
+            "vLLM settings live in the vllm group, without the vllm_ prefix",
+            f"use vllm.{name.removeprefix('vllm_')}",
+        )
     where = f"'{parent}'" if parent else "the root config"
     return Problem(key, f"unknown key in {where}", did_you_mean(name, valid_keys(parent), parent))
 

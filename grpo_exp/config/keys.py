@@ -63,10 +63,14 @@ def resolve(cfg: DictConfig, explicit: set[str]) -> list[Problem]:
             current = OmegaConf.to_container(current)
         plain = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
         if target.canonical in explicit and current != plain:
-            problems.append(Problem(
-                alias, f"is {plain!r} while {target.canonical} is {current!r}; it is a deprecated alias of "
-                f"{target.canonical}, so the two say different things", f"set only {target.canonical}",
-            ))
+            problems.append(
+                Problem(
+                    alias,
+                    f"is {plain!r} while {target.canonical} is {current!r}; it is a deprecated alias of "
+                    f"{target.canonical}, so the two say different things",
+                    f"set only {target.canonical}",
+                )
+            )
             continue
         OmegaConf.update(cfg, target.canonical, value, merge=False)
         OmegaConf.update(cfg, alias, target.unset, merge=False)
@@ -98,7 +102,9 @@ HOMES = {
     "lora_dropout": _home("peft.lora_dropout"),
     "lora_target_modules": _home("peft.target_modules"),
     "lora_target_parameters": _home(None, "LoRA on parameters (MoE experts) is not planned by grpo_exp"),
-    "lora_modules_to_save": _home(None, "fully trained extra modules are not planned by grpo_exp (their gradients and Adam states)"),
+    "lora_modules_to_save": _home(
+        None, "fully trained extra modules are not planned by grpo_exp (their gradients and Adam states)"
+    ),
     "lora_task_type": _home(None, "grpo_exp trains causal LMs: always CAUSAL_LM"),
     "use_rslora": _home(None, "rsLoRA is not exposed by grpo_exp's peft group"),
     "use_dora": _home(None, "DoRA is not exposed by grpo_exp's peft group (and not planned)"),
@@ -113,7 +119,9 @@ HOMES = {
     "dataset_train_split": _home("data.split"),
     "dataset_test_split": _home("data.eval_split", "held-out prompts for trainer.eval_strategy"),
     "dataset_streaming": _home(None, "grpo_exp reads datasets whole (the driver counts their rows before launch)"),
-    "ignore_bias_buffers": _home(None, "a DDP workaround for models with boolean buffers; grpo_exp trains causal LMs without it"),
+    "ignore_bias_buffers": _home(
+        None, "a DDP workaround for models with boolean buffers; grpo_exp trains causal LMs without it"
+    ),
     "reward_funcs": _home("data.rewards", "one entry per function: data.rewards.<name>._target_=<dotted path>"),
     "reward_model_name_or_path": _home(None, "reward models are not supported by grpo_exp: reward functions only"),
     # open-r1's GRPOScriptArguments and GRPOConfig additions
@@ -154,7 +162,9 @@ HOMES = {
     "vllm_enable_prefix_caching": _home(None, "TRL 1.x's vLLM engine always enables prefix caching"),
     "vllm_guided_decoding_regex": _home("vllm.structured_outputs_regex"),
     "vllm_server_base_url": _home("vllm.server_host", "with vllm.server_port"),
-    "warmup_ratio": _home("trainer.warmup_steps", "transformers 5: a warmup_steps below 1 is a ratio of the training steps"),
+    "warmup_ratio": _home(
+        "trainer.warmup_steps", "transformers 5: a warmup_steps below 1 is a ratio of the training steps"
+    ),
     "use_liger_loss": _home("trainer.use_liger_kernel"),
     "ds3_gather_for_generation": _home("trainer.ds3_gather_for_generation"),
     "logging_dir": _home(None, "grpo_exp logs to the run dir (metrics.jsonl) and W&B; no TensorBoard dir"),

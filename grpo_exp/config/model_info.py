@@ -29,8 +29,15 @@ from grpo_exp import Problem, is_local_path
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (
-    "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-    "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings", "max_position_embeddings",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "tie_word_embeddings",
+    "max_position_embeddings",
 )
 # config.json spellings of the same numbers across model families, first match wins.
 _ALIASES = {
@@ -43,7 +50,20 @@ _ALIASES = {
     "vocab_size": ("vocab_size",),
     "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len"),
 }
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "BF16": 2,
+    "F16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 
 
 class ModelInfoError(ValueError):
@@ -72,24 +92,36 @@ def find_config_json(name_or_path: str) -> Path:
     try:
         return Path(hf_hub_download(name_or_path, "config.json"))
     except Exception as exc:  # no network, gated repo, unknown id
-        raise ModelInfoError(f"{name_or_path}: could not fetch config.json from the hub ({type(exc).__name__})") from exc
+        raise ModelInfoError(
+            f"{name_or_path}: could not fetch config.json from the hub ({type(exc).__name__})"
+        ) from exc
 
 
 def read_architecture(config_json: Path) -> dict:
     """{model_type, dtype, num_parameters, planner_notes, *ARCH_KEYS} for a causal LM's config.json."""
     config = json.loads(Path(config_json).read_text())
     if config.get("is_encoder_decoder"):
-        raise ModelInfoError(f"{config.get('model_type')} is an encoder-decoder model; GRPO trains decoder-only causal LMs")
+        raise ModelInfoError(
+            f"{config.get('model_type')} is an encoder-decoder model; GRPO trains decoder-only causal LMs"
+        )
     architectures = config.get("architectures") or []
     notes = []
-    if architectures and not any(a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in architectures):
+    if architectures and not any(
+        a.endswith(("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")) for a in architectures
+    ):
         raise ModelInfoError(f"architectures {architectures} has no causal LM head (…ForCausalLM)")
     text = config.get("text_config") or config
     if config.get("vision_config") is not None:
-        notes.append("vision-language model: its vision tower is counted in the weights (and, trained in full, in gradients and "
-                     "optimizer states); image tokens' share of the sequence and the tower's activations are not modelled")
-    numbers = {key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()}
-    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if numbers[k] is None]
+        notes.append(
+            "vision-language model: its vision tower is counted in the weights (and, trained in full, in gradients and "
+            "optimizer states); image tokens' share of the sequence and the tower's activations are not modelled"
+        )
+    numbers = {
+        key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()
+    }
+    missing = [
+        k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if numbers[k] is None
+    ]
     if missing:
         raise ModelInfoError(f"config.json lacks {missing}; cannot plan this architecture")
     numbers["num_key_value_heads"] = numbers["num_key_value_heads"] or numbers["num_attention_heads"]
@@ -99,15 +131,26 @@ def read_architecture(config_json: Path) -> dict:
         numbers["max_position_embeddings"] = 2048
         notes.append("config.json has no max_position_embeddings: 2048 assumed for vLLM's context")
     quantization = _quantization(config.get("quantization_config"))
-    weights = {} if quantization else _safetensors_shapes(Path(config_json).parent)  # quantized tensors are packed: counted on meta
+    weights = (
+        {} if quantization else _safetensors_shapes(Path(config_json).parent)
+    )  # quantized tensors are packed: counted on meta
     tied = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
     if weights:
         tied = not any(name.endswith("lm_head.weight") for name in weights)
     numbers["tie_word_embeddings"] = True if tied is None else bool(tied)
     if any(text.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
-        notes.append("mixture of experts: weights count every expert, activations and logits are planned as for one dense FFN (routing is not modelled)")
-    if text.get("sliding_window") and text.get("use_sliding_window", True) or "sliding_attention" in (text.get("layer_types") or []):
-        notes.append("sliding-window attention: planned as full attention (KV cache and attention over the whole sequence)")
+        notes.append(
+            "mixture of experts: weights count every expert, activations and logits are planned as for one dense FFN "
+            "(routing is not modelled)"
+        )
+    if (
+        text.get("sliding_window")
+        and text.get("use_sliding_window", True)
+        or "sliding_attention" in (text.get("layer_types") or [])
+    ):
+        notes.append(
+            "sliding-window attention: planned as full attention (KV cache and attention over the whole sequence)"
+        )
     facts = meta_facts(Path(config_json).parent) if not weights else None
     if weights:
         num_parameters = sum(_numel(shape) for shape in weights.values())
@@ -117,12 +160,22 @@ def read_architecture(config_json: Path) -> dict:
         experts = next((text[k] for k in ("num_local_experts", "num_experts", "n_routed_experts") if text.get(k)), 1)
         num_parameters = _estimate_parameters(numbers, experts, text.get("moe_intermediate_size"))
         notes.append("parameter count estimated from config.json (no safetensors weights at hand)")
-    dtype = config.get("dtype") or config.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype") or "bfloat16"
+    dtype = (
+        config.get("dtype") or config.get("torch_dtype") or text.get("dtype") or text.get("torch_dtype") or "bfloat16"
+    )
     if quantization:
-        notes.append(f"pre-quantized checkpoint ({quantization['method']}, {quantization['bits']}-bit): planned at its precision")
-    return {"model_type": config.get("model_type") or text.get("model_type"), "dtype": dtype, **numbers,
-            "num_parameters": int(num_parameters), "vision_parameters": (facts or {}).get("vision_parameters", 0),
-            "quantization": quantization, "planner_notes": notes}
+        notes.append(
+            f"pre-quantized checkpoint ({quantization['method']}, {quantization['bits']}-bit): planned at its precision"
+        )
+    return {
+        "model_type": config.get("model_type") or text.get("model_type"),
+        "dtype": dtype,
+        **numbers,
+        "num_parameters": int(num_parameters),
+        "vision_parameters": (facts or {}).get("vision_parameters", 0),
+        "quantization": quantization,
+        "planner_notes": notes,
+    }
 
 
 def _quantization(config: dict | None) -> dict | None:
@@ -133,11 +186,23 @@ def _quantization(config: dict | None) -> dict | None:
     if method == "bitsandbytes":
         bits = 4 if config.get("load_in_4bit") else 8
         compute = config.get("bnb_4bit_compute_dtype") or "auto"
-        return {"method": method, "bits": bits, "quant_type": config.get("bnb_4bit_quant_type") or "nf4",
-                "double_quant": bool(config.get("bnb_4bit_use_double_quant")), "compute_dtype": str(compute).removeprefix("torch."),
-                "prequantized": True}
+        return {
+            "method": method,
+            "bits": bits,
+            "quant_type": config.get("bnb_4bit_quant_type") or "nf4",
+            "double_quant": bool(config.get("bnb_4bit_use_double_quant")),
+            "compute_dtype": str(compute).removeprefix("torch."),
+            "prequantized": True,
+        }
     bits = int(config.get("bits") or config.get("w_bit") or (8 if "fp8" in method else 4))
-    return {"method": method, "bits": bits, "quant_type": "nf4", "double_quant": False, "compute_dtype": "auto", "prequantized": True}
+    return {
+        "method": method,
+        "bits": bits,
+        "quant_type": "nf4",
+        "double_quant": False,
+        "compute_dtype": "auto",
+        "prequantized": True,
+    }
 
 
 def _numel(shape) -> int:
@@ -163,7 +228,11 @@ def _estimate_parameters(n: dict, experts: int = 1, expert_intermediate: int | N
     """A Llama-style decoder without biases: embeddings, attention, SwiGLU MLP (each expert's, plus
     a router, for a mixture of experts), two norms per layer."""
     h, q, kv = n["hidden_size"], n["num_attention_heads"] * n["head_dim"], n["num_key_value_heads"] * n["head_dim"]
-    mlp = 3 * h * n["intermediate_size"] if experts == 1 else experts * 3 * h * (expert_intermediate or n["intermediate_size"]) + h * experts
+    mlp = (
+        3 * h * n["intermediate_size"]
+        if experts == 1
+        else experts * 3 * h * (expert_intermediate or n["intermediate_size"]) + h * experts
+    )
     per_layer = h * q + 2 * h * kv + q * h + mlp + 2 * h
     embeddings = n["vocab_size"] * h * (1 if n["tie_word_embeddings"] else 2)
     return embeddings + n["num_hidden_layers"] * per_layer + h
@@ -177,11 +246,24 @@ def complete(model: DictConfig) -> list[Problem]:
     if model.name_or_path is not None:
         unset += ["vision_parameters"]
     if model.name_or_path is None:
-        return [Problem("model.name_or_path", "is null, so there is no config.json to read the architecture from", "set model.name_or_path=<local dir or hub id>")]
+        return [
+            Problem(
+                "model.name_or_path",
+                "is null, so there is no config.json to read the architecture from",
+                "set model.name_or_path=<local dir or hub id>",
+            )
+        ]
     try:
         arch = read_architecture(find_config_json(model.name_or_path))
     except (ModelInfoError, OSError, json.JSONDecodeError) as exc:
-        return [Problem("model.name_or_path", str(exc), "point it at a directory written by save_pretrained (with config.json), or a hub id in the local HF cache")]
+        return [
+            Problem(
+                "model.name_or_path",
+                str(exc),
+                "point it at a directory written by save_pretrained (with config.json), or a hub id in the local HF "
+                "cache",
+            )
+        ]
     with open_dict(model):
         for key in unset:
             model[key] = arch[key]
@@ -228,7 +310,11 @@ def _build_on_meta(source, model, arch: dict) -> dict:
     import torch
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(source) if source else transformers.AutoConfig.for_model(model.model_type, **arch)
+    config = (
+        transformers.AutoConfig.from_pretrained(source)
+        if source
+        else transformers.AutoConfig.for_model(model.model_type, **arch)
+    )
     config.quantization_config = None  # count the logical weights, not a quantizer's packed storage
     names = getattr(config, "architectures", None) or []
     cls = getattr(transformers, names[0], None) if names else None
@@ -238,8 +324,14 @@ def _build_on_meta(source, model, arch: dict) -> dict:
         built = cls._from_config(config) if cls is not transformers.AutoModelForCausalLM else cls.from_config(config)
     params = dict(built.named_parameters())
     vision = sum(p.numel() for name, p in params.items() if set(name.split(".")) & set(VISION_MODULES))
-    linear = sorted({name.rsplit(".", 1)[-1] for name, module in built.named_modules() if isinstance(module, torch.nn.Linear)})
-    return {"num_parameters": sum(p.numel() for p in params.values()), "vision_parameters": vision, "linear_layers": linear}
+    linear = sorted(
+        {name.rsplit(".", 1)[-1] for name, module in built.named_modules() if isinstance(module, torch.nn.Linear)}
+    )
+    return {
+        "num_parameters": sum(p.numel() for p in params.values()),
+        "vision_parameters": vision,
+        "linear_layers": linear,
+    }
 
 
 def linear_layer_names(model: DictConfig) -> list[str]:
@@ -263,9 +355,11 @@ def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
         f"intermediate_size: {arch['intermediate_size']}",
         f"num_hidden_layers: {arch['num_hidden_layers']}  # activations grow linearly with layers",
         f"num_attention_heads: {arch['num_attention_heads']}",
-        f"num_key_value_heads: {arch['num_key_value_heads']}  # KV cache per token = 2 x layers x kv_heads x head_dim x dtype bytes",
+        f"num_key_value_heads: {arch['num_key_value_heads']}  # KV cache per token = 2 x layers x kv_heads x "
+        "head_dim x dtype bytes",
         f"head_dim: {arch['head_dim']}",
-        f"vocab_size: {arch['vocab_size']}  # LM head: trl 1.x scores it in 32768-wide tiles (no full logits); full fine-tuning adds an fp32 d(weight) of vocab x hidden",
+        f"vocab_size: {arch['vocab_size']}  # LM head: trl 1.x scores it in 32768-wide tiles (no full logits); full "
+        "fine-tuning adds an fp32 d(weight) of vocab x hidden",
         f"tie_word_embeddings: {str(arch['tie_word_embeddings']).lower()}",
         f"max_position_embeddings: {arch['max_position_embeddings']}",
         f"num_parameters: {arch['num_parameters']}",
@@ -277,10 +371,14 @@ def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpo_exp.model_info", description="Write conf/model/<name>.yaml from a model's config.json.")
+    parser = argparse.ArgumentParser(
+        prog="python -m grpo_exp.model_info", description="Write conf/model/<name>.yaml from a model's config.json."
+    )
     parser.add_argument("name_or_path", help="local model directory or hub id")
     parser.add_argument("--name", help="option name (default: the directory or repo name, lower-cased)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[2] / "conf" / "model", help="where the YAML goes")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).resolve().parents[2] / "conf" / "model", help="where the YAML goes"
+    )
     parser.add_argument("--print", action="store_true", help="print the YAML instead of writing it")
     args = parser.parse_args(argv)
     try:

@@ -18,7 +18,19 @@ from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import Config
 
 # Config groups selected with group=option (conf/ directories, and the `sweep` presets).
-GROUPS = ("model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher", "experiment", "sweep")
+GROUPS = (
+    "model",
+    "data",
+    "trainer",
+    "vllm",
+    "deepspeed",
+    "peft",
+    "topology",
+    "logger",
+    "launcher",
+    "experiment",
+    "sweep",
+)
 
 
 def _parse_one(item: str) -> Override | None:
@@ -35,7 +47,11 @@ def parse(items: list[str]) -> list[Override]:
 
 def values(items: list[str]) -> dict[str, str]:
     """Overrides as {key or group: value text}, without Hydra's own (hydra.*) and deletions."""
-    return {o.key_or_group: o.get_value_element_as_str() for o in parse(items) if not o.key_or_group.startswith("hydra") and not o.is_delete()}
+    return {
+        o.key_or_group: o.get_value_element_as_str()
+        for o in parse(items)
+        if not o.key_or_group.startswith("hydra") and not o.is_delete()
+    }
 
 
 def command_line(argv: list[str]) -> list[str]:
@@ -80,7 +96,11 @@ def unknown(items: list[str]) -> dict[str, Problem]:
         if not key:
             found[item] = Problem(item, "names no key", "write key=value, group=option or +key=value")
         elif key in GROUPS and not override.is_delete() and not isinstance(override.value(), (str, list)):
-            found[item] = Problem(key, f"needs an option name, not {override.value()!r}", f"write {key}=<option>; `python -m grpo_exp --help` lists them")
+            found[item] = Problem(
+                key,
+                f"needs an option name, not {override.value()!r}",
+                f"write {key}=<option>; `python -m grpo_exp --help` lists them",
+            )
         elif _is_key(override) and not key.startswith("deepspeed.") and not _allows(key.split(".")):
             found[item] = unknown_key(key)
     return found

@@ -32,21 +32,54 @@ VLLM_FIELDS = set(VllmFields.__dataclass_fields__)
 # Reward names -> grpo_exp's closest function and what it reads: open-r1's (accuracy, format, tag_count
 # are its defaults) and TRL's `trl grpo` names (importable from trl itself).
 REWARDS = {
-    "accuracy": ("grpo_exp.training.rewards.correctness", "open-r1's accuracy: the final answer against the `solution` column"),
-    "format": ("grpo_exp.training.rewards.think_answer_format", "open-r1's format: <think>..</think><answer>..</answer>"),
+    "accuracy": (
+        "grpo_exp.training.rewards.correctness",
+        "open-r1's accuracy: the final answer against the `solution` column",
+    ),
+    "format": (
+        "grpo_exp.training.rewards.think_answer_format",
+        "open-r1's format: <think>..</think><answer>..</answer>",
+    ),
     "tag_count": ("grpo_exp.training.rewards.tag_count", "open-r1's tag_count: 0.25 per think/answer tag"),
     "accuracy_reward": ("trl.rewards.accuracy_reward", "TRL's own (math_verify against `solution`)"),
     "reasoning_accuracy_reward": ("trl.rewards.reasoning_accuracy_reward", "TRL's own"),
     "think_format_reward": ("trl.rewards.think_format_reward", "TRL's own"),
 }
 OPEN_R1_DEFAULT_REWARDS = ["accuracy", "format", "tag_count"]
-LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")  # peft's "all-linear" on Llama/Qwen
-OPEN_R1_KEYS = {"dataset_prompt_column", "system_prompt", "benchmarks", "callbacks", "chat_template", "hub_model_revision"}
+LINEAR_LAYERS = (
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+)  # peft's "all-linear" on Llama/Qwen
+OPEN_R1_KEYS = {
+    "dataset_prompt_column",
+    "system_prompt",
+    "benchmarks",
+    "callbacks",
+    "chat_template",
+    "hub_model_revision",
+}
 # accelerate keys that only say how accelerate launches: grpo_exp launches with torchrun or SLURM itself.
 LAUNCHER_ONLY = {
-    "compute_environment", "debug", "downcast_bf16", "dynamo_config", "enable_cpu_affinity", "main_training_function",
-    "rdzv_backend", "same_network", "tpu_env", "tpu_use_cluster", "tpu_use_sudo", "use_cpu", "gpu_ids",
-    "deepspeed_multinode_launcher", "zero3_init_flag",
+    "compute_environment",
+    "debug",
+    "downcast_bf16",
+    "dynamo_config",
+    "enable_cpu_affinity",
+    "main_training_function",
+    "rdzv_backend",
+    "same_network",
+    "tpu_env",
+    "tpu_use_cluster",
+    "tpu_use_sudo",
+    "use_cpu",
+    "gpu_ids",
+    "deepspeed_multinode_launcher",
+    "zero3_init_flag",
     "machine_rank",  # per node: grpo_exp reads topology.node_rank (NODE_RANK) on each node, not from the recipe
 }
 
@@ -101,7 +134,10 @@ def _rewards(exp: Experiment, names: list[str], source: str) -> None:
         elif "." in name:
             exp.set(f"data.rewards.{name.rsplit('.', 1)[-1]}", {"_target_": name}, f"{source}: {name}")
         else:
-            exp.lack(f"{source}: {name}", "no grpo_exp reward of that name; give its dotted import path, or write one (README: reward function)")
+            exp.lack(
+                f"{source}: {name}",
+                "no grpo_exp reward of that name; give its dotted import path, or write one (README: reward function)",
+            )
     if any(REWARDS.get(n, ("",))[0].endswith("correctness") for n in names):
         exp.set("data.answer_column", "solution", f"{source}: open-r1's accuracy reads the `solution` column")
 
@@ -120,7 +156,9 @@ def _recipe_field(exp: Experiment, name: str, value) -> None:
     elif name == "vllm_mode":
         exp.groups["vllm"] = str(value)
     elif name == "output_dir":  # each run gets its own dir under the recipe's output_dir
-        exp.set("hydra.run.dir", f"{value}/${{now:%Y-%m-%d_%H-%M-%S}}_${{run_id:}}", f"{name}: one run dir per run below it")
+        exp.set(
+            "hydra.run.dir", f"{value}/${{now:%Y-%m-%d_%H-%M-%S}}_${{run_id:}}", f"{name}: one run dir per run below it"
+        )
     elif name == "report_to":
         targets = [value] if isinstance(value, str) else list(value or [])
         if set(targets) - {"wandb", "none"}:
@@ -147,7 +185,11 @@ def _recipe_field(exp: Experiment, name: str, value) -> None:
         exp.set("peft.target_modules", list(LINEAR_LAYERS) if value == "all-linear" else list(value), name)
     elif name == "dataset_name":
         exp.groups["data"] = "hf"
-        exp.set("data.path", value, f"{name} ({'a local file or directory' if is_local_path(str(value)) else 'a hub dataset id'})")
+        exp.set(
+            "data.path",
+            value,
+            f"{name} ({'a local file or directory' if is_local_path(str(value)) else 'a hub dataset id'})",
+        )
     elif name == "reward_funcs":
         _rewards(exp, list(value or []), name)
     elif name == "warmup_ratio":
@@ -165,7 +207,12 @@ def _accelerate(exp: Experiment, acc: dict) -> None:
     the deepspeed group, mixed precision the trainer's (and the model's dtype when the recipe has none)."""
     machines = int(acc.get("num_machines") or 1)
     processes = int(acc.get("num_processes") or 1)
-    exp.groups.setdefault("topology", f"{machines}x{processes // machines}" if (CONF / "topology" / f"{machines}x{processes // machines}.yaml").exists() else "1x8")
+    exp.groups.setdefault(
+        "topology",
+        f"{machines}x{processes // machines}"
+        if (CONF / "topology" / f"{machines}x{processes // machines}.yaml").exists()
+        else "1x8",
+    )
     exp.set("topology.nnodes", machines, "accelerate num_machines")
     exp.set("topology.gpus_per_node", processes // machines, f"accelerate num_processes ({processes}) / num_machines")
     for name, key in (("main_process_ip", "topology.master_addr"), ("main_process_port", "topology.master_port")):
@@ -182,11 +229,25 @@ def _accelerate(exp: Experiment, acc: dict) -> None:
     if kind == "DEEPSPEED":
         _accelerate_deepspeed(exp, acc.get("deepspeed_config") or {})
     elif kind == "FSDP":
-        exp.lack("accelerate distributed_type", "FSDP: grpo_exp shards with DeepSpeed ZeRO (deepspeed=zero3 is the closest)")
+        exp.lack(
+            "accelerate distributed_type", "FSDP: grpo_exp shards with DeepSpeed ZeRO (deepspeed=zero3 is the closest)"
+        )
     elif kind in ("MULTI_GPU", "NO", None):
         exp.groups.setdefault("deepspeed", "none")
-    for name in set(acc) - LAUNCHER_ONLY - {"num_machines", "num_processes", "main_process_ip", "main_process_port",
-                                            "mixed_precision", "distributed_type", "deepspeed_config", "fsdp_config"}:
+    for name in (
+        set(acc)
+        - LAUNCHER_ONLY
+        - {
+            "num_machines",
+            "num_processes",
+            "main_process_ip",
+            "main_process_port",
+            "mixed_precision",
+            "distributed_type",
+            "deepspeed_config",
+            "fsdp_config",
+        }
+    ):
         exp.lack(f"accelerate {name}", "not an accelerate setting grpo_exp knows")
 
 
@@ -195,17 +256,38 @@ def _accelerate_deepspeed(exp: Experiment, ds: dict) -> None:
         _deepspeed_json(exp, _load(Path(ds["deepspeed_config_file"])), "accelerate deepspeed_config_file")
         return
     stage = int(ds.get("zero_stage", 2))
-    offload = ds.get("offload_optimizer_device") not in (None, "none") or ds.get("offload_param_device") not in (None, "none")
+    offload = ds.get("offload_optimizer_device") not in (None, "none") or ds.get("offload_param_device") not in (
+        None,
+        "none",
+    )
     exp.groups["deepspeed"] = f"zero{stage}_offload" if offload and stage in (2, 3) else f"zero{stage}"
     if ds.get("zero3_save_16bit_model") is not None and stage == 3:
-        exp.set("deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save", bool(ds["zero3_save_16bit_model"]),
-                "accelerate zero3_save_16bit_model")
+        exp.set(
+            "deepspeed.zero_optimization.stage3_gather_16bit_weights_on_model_save",
+            bool(ds["zero3_save_16bit_model"]),
+            "accelerate zero3_save_16bit_model",
+        )
     if ds.get("gradient_accumulation_steps") not in (None, "auto"):
-        exp.set("trainer.gradient_accumulation_steps", ds["gradient_accumulation_steps"], "accelerate deepspeed gradient_accumulation_steps")
+        exp.set(
+            "trainer.gradient_accumulation_steps",
+            ds["gradient_accumulation_steps"],
+            "accelerate deepspeed gradient_accumulation_steps",
+        )
     if ds.get("gradient_clipping") not in (None, "auto"):
         exp.set("trainer.max_grad_norm", ds["gradient_clipping"], "accelerate deepspeed gradient_clipping")
-    for name in set(ds) - LAUNCHER_ONLY - {"zero_stage", "offload_optimizer_device", "offload_param_device", "zero3_save_16bit_model",
-                                           "gradient_accumulation_steps", "gradient_clipping", "deepspeed_config_file"}:
+    for name in (
+        set(ds)
+        - LAUNCHER_ONLY
+        - {
+            "zero_stage",
+            "offload_optimizer_device",
+            "offload_param_device",
+            "zero3_save_16bit_model",
+            "gradient_accumulation_steps",
+            "gradient_clipping",
+            "deepspeed_config_file",
+        }
+    ):
         exp.lack(f"accelerate deepspeed_config.{name}", "not an accelerate DeepSpeed setting grpo_exp knows")
 
 
@@ -223,7 +305,9 @@ def build(recipe: dict, accelerate: dict | None, deepspeed: dict | None, name: s
             exp.skipped[key] = repr(value)
             continue
         _recipe_field(exp, key, value)
-    if "reward_funcs" not in recipe and OPEN_R1_KEYS & set(recipe):  # open-r1's default rewards, as its script would use them
+    if "reward_funcs" not in recipe and OPEN_R1_KEYS & set(
+        recipe
+    ):  # open-r1's default rewards, as its script would use them
         _rewards(exp, OPEN_R1_DEFAULT_REWARDS, "reward_funcs (open-r1's default)")
     if accelerate:
         _accelerate(exp, accelerate)
@@ -282,13 +366,21 @@ def render(exp: Experiment, sources: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpo_exp.recipe", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m grpo_exp.recipe",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("recipe", type=Path, help="a TRL / open-r1 GRPO recipe (YAML, as `trl grpo --config` reads)")
     parser.add_argument("--accelerate", type=Path, help="the accelerate config the recipe was launched with")
     parser.add_argument("--deepspeed", type=Path, help="a DeepSpeed JSON (or YAML) config")
-    parser.add_argument("--out", type=Path, help="where the experiment goes (default: conf/experiment/<recipe name>.yaml)")
-    parser.add_argument("--skip", action="append", default=[], help="a field with no grpo_exp home to leave out (repeatable)")
+    parser.add_argument(
+        "--out", type=Path, help="where the experiment goes (default: conf/experiment/<recipe name>.yaml)"
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], help="a field with no grpo_exp home to leave out (repeatable)"
+    )
     args = parser.parse_args(argv)
     out = args.out or CONF / "experiment" / f"{args.recipe.stem}.yaml"
     try:
@@ -300,15 +392,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     exp = build(recipe, accelerate, deepspeed, out.stem, set(args.skip))
     if exp.no_home:
-        print(f"grpo_exp.recipe: {len(exp.no_home)} field(s) of the recipe have no grpo_exp key; nothing written:", file=sys.stderr)
+        print(
+            f"grpo_exp.recipe: {len(exp.no_home)} field(s) of the recipe have no grpo_exp key; nothing written:",
+            file=sys.stderr,
+        )
         for source, why in exp.no_home.items():
-            print(f"  {source}: {why}\n    fix: --skip {source.split(': ')[0].removeprefix('accelerate ')} to leave it out", file=sys.stderr)
+            print(
+                f"  {source}: {why}\n    fix: --skip {source.split(': ')[0].removeprefix('accelerate ')} to leave it "
+                "out",
+                file=sys.stderr,
+            )
         return 2
     sources = [str(p) for p in (args.recipe, args.accelerate, args.deepspeed) if p]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(exp, sources))
-    print(f"wrote {out}: {len(exp.values)} value(s), {len(exp.groups)} group choice(s), {len(exp.skipped)} skipped\n"
-          f"  python -m grpo_exp experiment={out.stem} action=plan")
+    print(
+        f"wrote {out}: {len(exp.values)} value(s), {len(exp.groups)} group choice(s), {len(exp.skipped)} skipped\n"
+        f"  python -m grpo_exp experiment={out.stem} action=plan"
+    )
     return 0
 
 

@@ -105,7 +105,8 @@ OWNED_TRAINER_FIELDS = {
     "resume_from_checkpoint": "resume=<run dir> (the run continues from its latest checkpoint)",
     "fsdp": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
     "fsdp_config": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
-    "parallelism_config": "nothing: an accelerate object that cannot be written in YAML (GRPO supports no cp/sp anyway)",
+    "parallelism_config": "nothing: an accelerate object that cannot be written in YAML (GRPO supports no cp/sp "
+    "anyway)",
     "use_vllm": "vllm (vllm=off | colocate | server)",
     "vllm_mode": "vllm.mode (vllm=off | colocate | server)",
     "vllm_server_base_url": "vllm.server_host and vllm.server_port",
@@ -177,7 +178,9 @@ class TopologyConfig:
 
 @dataclass
 class SlurmConfig:
-    cluster: Optional[str] = None  # null = SLURM (sbatch); local = submitit's local executor, to rehearse on one machine
+    cluster: Optional[str] = (
+        None  # null = SLURM (sbatch); local = submitit's local executor, to rehearse on one machine
+    )
     partition: Optional[str] = None
     account: Optional[str] = None
     qos: Optional[str] = None

@@ -68,8 +68,11 @@ def _default(f: dataclasses.Field) -> str:
 
 
 def _is_unset_alias(name: str) -> bool:
-    return any(key.split(".", 1)[1] in (name, name.removeprefix(VLLM_PREFIX)) and alias.unset is None
-               for key, alias in ALIASES.items() if (key.startswith("vllm.") == name.startswith(VLLM_PREFIX)))
+    return any(
+        key.split(".", 1)[1] in (name, name.removeprefix(VLLM_PREFIX)) and alias.unset is None
+        for key, alias in ALIASES.items()
+        if (key.startswith("vllm.") == name.startswith(VLLM_PREFIX))
+    )
 
 
 def _scheduler_kwargs() -> dict:
@@ -120,6 +123,7 @@ def render() -> str:
     choice_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(choices.items()))
     scheduler_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in _scheduler_kwargs().items())
     from transformers.debug_utils import DebugOption
+
     body = "\n".join(trainer + vllm)
     typing_names = ", ".join(n for n in ("Any", "Dict", "List", "Optional") if f"{n}[" in body or f": {n} " in body)
     return (
@@ -146,7 +150,9 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpo_exp.config.schema_gen", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the committed file differs from the installed trl")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the committed file differs from the installed trl"
+    )
     args = parser.parse_args(argv)
     text = render()
     if args.check:

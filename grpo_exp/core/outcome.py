@@ -53,7 +53,10 @@ _CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes
 _CUDA_OOM = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)")
 _UNITS = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10, "B": 1}
 _KILLED = "Signal 9 (SIGKILL)"  # torchrun's words for a rank the kernel's OOM killer took
-_RENDEZVOUS_TIMEOUT = re.compile(r"(Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients joined\.|DistNetworkError.*|RendezvousTimeoutError.*)")
+_RENDEZVOUS_TIMEOUT = re.compile(
+    r"(Timed out after \d+ seconds waiting for clients\. \d+/\d+ clients "
+    r"joined\.|DistNetworkError.*|RendezvousTimeoutError.*)"
+)
 
 
 def write_status(run_dir: Path, status: str, **fields) -> dict:
@@ -71,7 +74,10 @@ def oom_details(exc: BaseException) -> dict | None:
     text = str(exc)
     if isinstance(exc, torch.OutOfMemoryError) or _CUDA_OOM.search(text):
         found = _CUDA_OOM.search(text)
-        return {"kind": "cuda", "requested_bytes": int(float(found.group(1)) * _UNITS[found.group(2)]) if found else None}
+        return {
+            "kind": "cuda",
+            "requested_bytes": int(float(found.group(1)) * _UNITS[found.group(2)]) if found else None,
+        }
     if isinstance(exc, MemoryError) or _CPU_OOM.search(text) or "DefaultCPUAllocator: not enough memory" in text:
         found = _CPU_OOM.search(text)
         return {"kind": "host", "requested_bytes": int(found.group(1)) if found else None}
@@ -111,7 +117,12 @@ def explain(records: list[dict]) -> dict:
     status and error over rank 0's own measurements."""
     own = next((r for r in records if r.get("rank") == 0), {})
     cause = root_cause(records) or own
-    return {**own, "status": cause.get("status", "failed"), "error": cause.get("error"), **({"oom": cause["oom"]} if "oom" in cause else {})}
+    return {
+        **own,
+        "status": cause.get("status", "failed"),
+        "error": cause.get("error"),
+        **({"oom": cause["oom"]} if "oom" in cause else {}),
+    }
 
 
 def status_of(run_dir: Path, code: int) -> str:
@@ -135,7 +146,11 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
     """Write this node's final summary.json from its ranks' records, the launcher's exit code and
     train.log; the driver calls this once, after every process of the node has exited."""
     log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
-    killed = " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out." if _KILLED in log_text else ""
+    killed = (
+        " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out."
+        if _KILLED in log_text
+        else ""
+    )
     records = read_records(run_dir)
     if records:
         ended = explain(records)
@@ -150,7 +165,13 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
         return write_status(run_dir, "interrupted", wall_s=wall_s)
     stacks = sorted((run_dir / rundir.STACKS).glob("rank*.txt")) if (run_dir / rundir.STACKS).is_dir() else []
     if stacks:
-        return write_status(run_dir, "stalled", wall_s=wall_s, error=f"no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: {', '.join(map(str, stacks))}")
+        return write_status(
+            run_dir,
+            "stalled",
+            wall_s=wall_s,
+            error="no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: "
+            + ", ".join(map(str, stacks)),
+        )
     timeout = _RENDEZVOUS_TIMEOUT.search(log_text)
     if timeout:
         return write_status(
@@ -158,6 +179,12 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
             "rendezvous_timeout",
             wall_s=wall_s,
             error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
-            "command on every node with its topology.node_rank, and check topology.master_addr/master_port are reachable",
+            "command on every node with its topology.node_rank, and check topology.master_addr/master_port are "
+            "reachable",
         )
-    return write_status(run_dir, "failed", wall_s=wall_s, error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}")
+    return write_status(
+        run_dir,
+        "failed",
+        wall_s=wall_s,
+        error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}",
+    )

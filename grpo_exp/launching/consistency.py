@@ -87,18 +87,25 @@ def check_across_ranks(cfg: DictConfig) -> None:
             p["facts"].pop("procs_per_node")
     problems = differences(prints)
     if problems:
-        raise Mismatch("nodes of this run disagree; fix the launch so every node runs the same config:\n  " + "\n  ".join(problems))
+        raise Mismatch(
+            "nodes of this run disagree; fix the launch so every node runs the same config:\n  " + "\n  ".join(problems)
+        )
 
 
 def placement_problems(visible: list[str] | None, vllm_gpus: str | None, n_gpu: int) -> list[str]:
     """The startup guard: what is wrong with this training process's view of the GPUs."""
     problems = []
     if n_gpu > 1:
-        problems.append(f"this process drives {n_gpu} GPUs: transformers would wrap the model in nn.DataParallel; launch one process per GPU")
+        problems.append(
+            f"this process drives {n_gpu} GPUs: transformers would wrap the model in nn.DataParallel; launch one "
+            "process per GPU"
+        )
     reserved = {g for g in (vllm_gpus or "").split(",") if g}
     overlap = reserved & set(visible or [])
     if overlap:
-        problems.append(f"CUDA_VISIBLE_DEVICES={','.join(visible)} includes GPU(s) {sorted(overlap)} reserved for the vLLM server")
+        problems.append(
+            f"CUDA_VISIBLE_DEVICES={','.join(visible)} includes GPU(s) {sorted(overlap)} reserved for the vLLM server"
+        )
     return problems
 
 

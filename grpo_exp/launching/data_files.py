@@ -30,25 +30,52 @@ class _Unreadable(Exception):
         self.problems = problems
 
 
-def preflight(cfg: DictConfig, reward_columns: dict[str, list[str]], prompts_per_batch: int | None = None) -> list[Problem]:
+def preflight(
+    cfg: DictConfig, reward_columns: dict[str, list[str]], prompts_per_batch: int | None = None
+) -> list[Problem]:
     """Problems with the data the run would read, found without `datasets`: unreadable or empty
     local files, a missing prompt column, columns the reward functions need, fewer rows than one
     generation batch takes (`prompts_per_batch` distinct prompts, when the batch is known). Hub
     datasets and folders of data files are not read here (the worker reports those)."""
     if cfg.loader == "toy_math":
-        columns, rows = {"prompt", "answer"}, None if cfg.num_samples else TOY_MATH_ROWS  # it generates data.num_samples rows
+        columns, rows = (
+            {"prompt", "answer"},
+            None if cfg.num_samples else TOY_MATH_ROWS,
+        )  # it generates data.num_samples rows
         where = "toy_math"
     elif cfg.path is None:
-        return [Problem("data.path", f"is required for data.loader={cfg.loader}", "set data.path=<a .jsonl/.csv/.parquet file, a save_to_disk directory or a hub dataset id>")]
+        return [
+            Problem(
+                "data.path",
+                f"is required for data.loader={cfg.loader}",
+                "set data.path=<a .jsonl/.csv/.parquet file, a save_to_disk directory or a hub dataset id>",
+            )
+        ]
     else:
         local = Path(cfg.path).expanduser()
         where = str(local)
         if local.suffix in FILE_FORMATS and not local.is_file():
-            return [Problem("data.path", f"file {local} does not exist", f"point data.path at an existing {local.suffix} file")]
+            return [
+                Problem(
+                    "data.path", f"file {local} does not exist", f"point data.path at an existing {local.suffix} file"
+                )
+            ]
         if is_local_path(cfg.path) and not local.exists():
-            return [Problem("data.path", f"{local} does not exist", "point data.path at an existing file or save_to_disk directory, or give a hub dataset id")]
+            return [
+                Problem(
+                    "data.path",
+                    f"{local} does not exist",
+                    "point data.path at an existing file or save_to_disk directory, or give a hub dataset id",
+                )
+            ]
         if local.is_file() and local.suffix not in FILE_FORMATS:
-            return [Problem("data.path", f"{local} is not a format grpo_exp reads ({local.suffix})", f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory")]
+            return [
+                Problem(
+                    "data.path",
+                    f"{local} is not a format grpo_exp reads ({local.suffix})",
+                    f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory",
+                )
+            ]
         try:
             found = _scan_local(local, cfg)
         except _Unreadable as unreadable:
@@ -71,19 +98,44 @@ def row_problems(cfg: DictConfig, rows: int | None, where: str, prompts_per_batc
         return []
     why = f"one generation batch takes {prompts_per_batch} distinct prompts; the run would train 0 steps"
     if capped:
-        return [Problem("data.num_samples", f"{usable} prompts are too few: {why}", f"data.num_samples={prompts_per_batch} or more, or a smaller per_device_train_batch_size/steps_per_generation")]
-    return [Problem("data.path", f"{where} holds {usable} prompts, too few: {why}", "give more rows, or a smaller per_device_train_batch_size/steps_per_generation")]
+        return [
+            Problem(
+                "data.num_samples",
+                f"{usable} prompts are too few: {why}",
+                f"data.num_samples={prompts_per_batch} or more, or a smaller "
+                "per_device_train_batch_size/steps_per_generation",
+            )
+        ]
+    return [
+        Problem(
+            "data.path",
+            f"{where} holds {usable} prompts, too few: {why}",
+            "give more rows, or a smaller per_device_train_batch_size/steps_per_generation",
+        )
+    ]
 
 
-def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_columns: dict[str, list[str]]) -> list[Problem]:
+def _column_problems(
+    cfg: DictConfig, columns: set[str], where: str, reward_columns: dict[str, list[str]]
+) -> list[Problem]:
     listed = ", ".join(sorted(columns))
     problems = []
     if cfg.prompt_column not in columns:
         problems.append(
-            Problem("data.prompt_column", f"'{cfg.prompt_column}' is not a column of {where} (columns: {listed})", f"set data.prompt_column to the column holding prompts: one of {listed}")
+            Problem(
+                "data.prompt_column",
+                f"'{cfg.prompt_column}' is not a column of {where} (columns: {listed})",
+                f"set data.prompt_column to the column holding prompts: one of {listed}",
+            )
         )
     if cfg.answer_column != "answer" and cfg.answer_column in columns and "answer" in columns:
-        problems.append(Problem("data.answer_column", f"renaming '{cfg.answer_column}' to 'answer' would replace the existing 'answer' column of {where}", "rename one of the columns in the data"))
+        problems.append(
+            Problem(
+                "data.answer_column",
+                f"renaming '{cfg.answer_column}' to 'answer' would replace the existing 'answer' column of {where}",
+                "rename one of the columns in the data",
+            )
+        )
     renamed = {"prompt": cfg.prompt_column, "answer": cfg.answer_column}
     available = {new for new, old in renamed.items() if old in columns} | (columns - set(renamed.values()))
     needed_by: dict[str, list[str]] = {}
@@ -97,7 +149,8 @@ def _column_problems(cfg: DictConfig, columns: set[str], where: str, reward_colu
             problems.append(
                 Problem(
                     "data.answer_column",
-                    f"'{cfg.answer_column}' is not a column of {where} (columns: {listed}), and {', '.join(rewards)} need the reference answers",
+                    f"'{cfg.answer_column}' is not a column of {where} (columns: {listed}), and {', '.join(rewards)} "
+                    "need the reference answers",
                     f"set data.answer_column to the column holding them, or remove {', '.join(rewards)}",
                 )
             )
@@ -123,7 +176,9 @@ def _scan_local(path: Path, cfg: DictConfig) -> tuple[set[str], int] | None:
 
 
 def _empty(path: Path) -> _Unreadable:
-    return _Unreadable([Problem("data.path", f"{path} holds no rows", "point data.path at a file with at least one row")])
+    return _Unreadable(
+        [Problem("data.path", f"{path} holds no rows", "point data.path at a file with at least one row")]
+    )
 
 
 def _scan_json(path: Path, prompt_column: str) -> tuple[set[str], int]:
@@ -134,7 +189,15 @@ def _scan_json(path: Path, prompt_column: str) -> tuple[set[str], int]:
         try:
             rows = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise _Unreadable([Problem("data.path", f"{path} line {exc.lineno} is not valid JSON ({exc.msg})", "fix the file: it must be a JSON array of objects, or one object per line")]) from None
+            raise _Unreadable(
+                [
+                    Problem(
+                        "data.path",
+                        f"{path} line {exc.lineno} is not valid JSON ({exc.msg})",
+                        "fix the file: it must be a JSON array of objects, or one object per line",
+                    )
+                ]
+            ) from None
         numbered = list(enumerate(rows, start=1))
     else:  # JSON lines
         numbered, errors = [], []
@@ -144,19 +207,39 @@ def _scan_json(path: Path, prompt_column: str) -> tuple[set[str], int]:
             try:
                 numbered.append((number, json.loads(line)))
             except json.JSONDecodeError as exc:
-                errors.append(Problem("data.path", f"{path} line {number} is not valid JSON ({exc.msg}, column {exc.colno})", f"fix or remove line {number}"))
+                errors.append(
+                    Problem(
+                        "data.path",
+                        f"{path} line {number} is not valid JSON ({exc.msg}, column {exc.colno})",
+                        f"fix or remove line {number}",
+                    )
+                )
         if errors:
             raise _Unreadable(errors[:MAX_REPORTED_ERRORS])
     if not numbered:
         raise _empty(path)
     not_objects = [n for n, row in numbered if not isinstance(row, dict)]
     if not_objects:
-        raise _Unreadable([Problem("data.path", f"{path} line {not_objects[0]} is not a JSON object ({len(not_objects)} such rows)", 'give every row as an object: {"prompt": ..., "answer": ...}')])
+        raise _Unreadable(
+            [
+                Problem(
+                    "data.path",
+                    f"{path} line {not_objects[0]} is not a JSON object ({len(not_objects)} such rows)",
+                    'give every row as an object: {"prompt": ..., "answer": ...}',
+                )
+            ]
+        )
     columns = {key for _, row in numbered for key in row}
     lacking = [n for n, row in numbered if prompt_column not in row]
     if prompt_column in columns and lacking:
         raise _Unreadable(
-            [Problem("data.prompt_column", f"'{prompt_column}' is missing from {len(lacking)} row(s) of {path}, first at line {lacking[0]}", "give every row a prompt, or remove those rows")]
+            [
+                Problem(
+                    "data.prompt_column",
+                    f"'{prompt_column}' is missing from {len(lacking)} row(s) of {path}, first at line {lacking[0]}",
+                    "give every row a prompt, or remove those rows",
+                )
+            ]
         )
     return columns, len(numbered)
 
@@ -174,7 +257,13 @@ def _scan_csv(path: Path, prompt_column: str) -> tuple[set[str], int]:
             rows += 1
             if len(row) != len(header):
                 raise _Unreadable(
-                    [Problem("data.path", f"{path} line {reader.line_num} has {len(row)} fields; the header has {len(header)}", f"fix line {reader.line_num} (quote fields that contain commas)")]
+                    [
+                        Problem(
+                            "data.path",
+                            f"{path} line {reader.line_num} has {len(row)} fields; the header has {len(header)}",
+                            f"fix line {reader.line_num} (quote fields that contain commas)",
+                        )
+                    ]
                 )
     if rows == 0:
         raise _empty(path)
@@ -187,7 +276,15 @@ def _scan_parquet(path: Path, prompt_column: str) -> tuple[set[str], int]:
     try:
         parquet = pq.ParquetFile(path)
     except Exception as exc:  # pyarrow raises ArrowInvalid / OSError for a damaged file
-        raise _Unreadable([Problem("data.path", f"{path} is not a readable parquet file ({exc})", "rewrite the file, e.g. Dataset.to_parquet")]) from None
+        raise _Unreadable(
+            [
+                Problem(
+                    "data.path",
+                    f"{path} is not a readable parquet file ({exc})",
+                    "rewrite the file, e.g. Dataset.to_parquet",
+                )
+            ]
+        ) from None
     if parquet.metadata.num_rows == 0:
         raise _empty(path)
     return set(parquet.schema_arrow.names), parquet.metadata.num_rows
@@ -197,7 +294,15 @@ def _scan_saved_dataset(path: Path, split: str) -> tuple[set[str], int]:
     if (path / "dataset_dict.json").is_file():
         splits = json.loads((path / "dataset_dict.json").read_text()).get("splits", [])
         if split not in splits:
-            raise _Unreadable([Problem("data.split", f"'{split}' is not a split of {path} (splits: {', '.join(splits)})", f"set data.split to one of: {', '.join(splits)}")])
+            raise _Unreadable(
+                [
+                    Problem(
+                        "data.split",
+                        f"'{split}' is not a split of {path} (splits: {', '.join(splits)})",
+                        f"set data.split to one of: {', '.join(splits)}",
+                    )
+                ]
+            )
         path = path / split
     info = json.loads((path / "dataset_info.json").read_text())
     rows = _saved_rows(path)

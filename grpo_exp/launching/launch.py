@@ -121,7 +121,12 @@ def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
     previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGUSR1, signal.SIGUSR2)}
     try:
         return subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            argv,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
             start_new_session=True,  # own process group: one killpg ends it and all its children
         )
     finally:
@@ -142,7 +147,10 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     # SIGTERM (timeout, a workflow tool, SLURM preemption), SIGHUP (a closed terminal) and SIGUSR1/2
     # (SLURM's time-limit warning) end the run like Ctrl-C: the ranks save a checkpoint within
     # preemption.grace_s (under SLURM they got the signal themselves too) and the run is preempted.
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)}
+    previous = {
+        sig: signal.signal(sig, _raise_interrupt)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+    }
     try:
         if "vllm" in node.commands:
             log.info("starting vLLM server on GPUs %s: %s", node.vllm_gpus, " ".join(node.commands["vllm"]))

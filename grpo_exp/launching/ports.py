@@ -19,7 +19,11 @@ from omegaconf import DictConfig
 from grpo_exp import Problem
 
 AUTO = "auto"
-VLLM_PORTS = {"vllm.server_port": 8000, "vllm.group_port": 51216, "vllm.agent_port": 51217}  # key -> multi-node default (TRL's)
+VLLM_PORTS = {
+    "vllm.server_port": 8000,
+    "vllm.group_port": 51216,
+    "vllm.agent_port": 51217,
+}  # key -> multi-node default (TRL's)
 
 
 def is_free(port: int) -> bool:
@@ -48,7 +52,8 @@ def check_values(cfg: DictConfig) -> list[Problem]:
     return [
         Problem(key, f"is {value!r}; it must be auto or a TCP port in [1, 65535]", f"set {key}=auto")
         for key in VLLM_PORTS
-        if (value := _value(cfg, key)) != AUTO and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535)
+        if (value := _value(cfg, key)) != AUTO
+        and not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535)
     ]
 
 
@@ -69,6 +74,11 @@ def check_busy(cfg: DictConfig, node_rank: int, server_node: int | None) -> list
     if cfg.vllm.mode == "server" and server_node == node_rank:
         wanted += [k for k in VLLM_PORTS if _value(cfg, k) != AUTO]
     return [
-        Problem(key, f"port {_value(cfg, key)} is already in use on this node (another run, or another service)", f"use a free port, e.g. {key}={free_port()}")
-        for key in wanted if not is_free(_value(cfg, key))
+        Problem(
+            key,
+            f"port {_value(cfg, key)} is already in use on this node (another run, or another service)",
+            f"use a free port, e.g. {key}={free_port()}",
+        )
+        for key in wanted
+        if not is_free(_value(cfg, key))
     ]

@@ -19,15 +19,29 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
     problems = []
     wanted = cfg.topology.gpus_per_node
     if wanted is not None and wanted > gpus:
-        problems.append(Problem("topology.gpus_per_node", f"asks for {wanted} GPUs; this machine has {gpus}", "use topology=local (adapts to this machine), or action=plan to only plan"))
+        problems.append(
+            Problem(
+                "topology.gpus_per_node",
+                f"asks for {wanted} GPUs; this machine has {gpus}",
+                "use topology=local (adapts to this machine), or action=plan to only plan",
+            )
+        )
     if cfg.vllm.mode != "off" and gpus == 0 and cfg.vllm.standin is None:
-        problems.append(Problem("vllm.mode", f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none", "use vllm=off here, or action=plan to only plan"))
+        problems.append(
+            Problem(
+                "vllm.mode",
+                f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none",
+                "use vllm=off here, or action=plan to only plan",
+            )
+        )
     if cfg.vllm.nodes and cfg.launcher.name == "local" and cfg.vllm.server_host is None:
         problems.append(
             Problem(
                 "vllm.server_host",
-                f"is required with vllm.nodes=1 and launcher=local: the trainers reach the serving node (node {cfg.topology.nnodes - 1}) there, and it listens there",
-                "set vllm.server_host=<the serving node's address> on every node (launcher=slurm fills it in from the job's hosts)",
+                "is required with vllm.nodes=1 and launcher=local: the trainers reach the serving node (node "
+                f"{cfg.topology.nnodes - 1}) there, and it listens there",
+                "set vllm.server_host=<the serving node's address> on every node (launcher=slurm fills it in from "
+                "the job's hosts)",
             )
         )
     return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
@@ -39,14 +53,26 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
 
     q = cfg.model.get("quantization")
     if q is not None and q.method == "bitsandbytes" and importlib.util.find_spec("bitsandbytes") is None:
-        return [Problem("model.quantization", "needs bitsandbytes, which is not installed here", "pip install 'bitsandbytes>=0.50'")]
+        return [
+            Problem(
+                "model.quantization",
+                "needs bitsandbytes, which is not installed here",
+                "pip install 'bitsandbytes>=0.50'",
+            )
+        ]
     return []
 
 
 def check_model_path(cfg: DictConfig) -> list[Problem]:
     model = cfg.model.name_or_path
     if model and is_local_path(model) and not (Path(model).expanduser() / "config.json").is_file():
-        return [Problem("model.name_or_path", f"{model} is not a saved HF model directory (no config.json)", "point it at a directory written by save_pretrained, or use a hub id")]
+        return [
+            Problem(
+                "model.name_or_path",
+                f"{model} is not a saved HF model directory (no config.json)",
+                "point it at a directory written by save_pretrained, or use a hub id",
+            )
+        ]
     return []
 
 
@@ -54,8 +80,13 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
     """Every stage-3 problem of running `plan` on this machine (`gpus` GPUs). `batch_known`: the batch
     keys passed their checks, so the prompts one generation batch takes can be counted."""
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
-    return (check_machine(cfg, plan, gpus) + check_model_path(cfg) + check_libraries(cfg)
-            + data_files.preflight(cfg.data, reward_columns(cfg), per_batch) + _eval_data(cfg))
+    return (
+        check_machine(cfg, plan, gpus)
+        + check_model_path(cfg)
+        + check_libraries(cfg)
+        + data_files.preflight(cfg.data, reward_columns(cfg), per_batch)
+        + _eval_data(cfg)
+    )
 
 
 def _eval_data(cfg: DictConfig) -> list[Problem]:
@@ -63,6 +94,14 @@ def _eval_data(cfg: DictConfig) -> list[Problem]:
     (problems named on data.eval_path)."""
     if cfg.data.eval_path is None:
         return []
-    held_out = OmegaConf.merge(cfg.data, {"loader": "hf", "path": cfg.data.eval_path, "split": cfg.data.eval_split or "train", "num_samples": None})
+    held_out = OmegaConf.merge(
+        cfg.data,
+        {"loader": "hf", "path": cfg.data.eval_path, "split": cfg.data.eval_split or "train", "num_samples": None},
+    )
     found = data_files.preflight(held_out, reward_columns(cfg))
-    return [Problem("data.eval_path" if p.key == "data.path" else p.key, p.why, p.fix.replace("data.path", "data.eval_path")) for p in found]
+    return [
+        Problem(
+            "data.eval_path" if p.key == "data.path" else p.key, p.why, p.fix.replace("data.path", "data.eval_path")
+        )
+        for p in found
+    ]

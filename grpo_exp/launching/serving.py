@@ -78,12 +78,19 @@ def serve_until_stopped(cfg: DictConfig, server, run_dir) -> int:
     try:
         while not agent.stopped.wait(timeout=1.0):
             if server.poll() is not None:
-                outcome.write_status(run_dir, "failed", error=f"the vLLM server exited with code {server.returncode}; see train.log")
+                outcome.write_status(
+                    run_dir, "failed", error=f"the vLLM server exited with code {server.returncode}; see train.log"
+                )
                 return outcome.EXIT_FAILED
     finally:
         agent.close()
     status = agent.outcome.get("status", "failed")
-    outcome.write_status(run_dir, status if status in outcome.EXIT_CODES else "failed", error=agent.outcome.get("error"), note="dedicated serving node: the run's result is on node 0")
+    outcome.write_status(
+        run_dir,
+        status if status in outcome.EXIT_CODES else "failed",
+        error=agent.outcome.get("error"),
+        note="dedicated serving node: the run's result is on node 0",
+    )
     return outcome.EXIT_CODES.get(status, outcome.EXIT_FAILED)
 
 
@@ -102,18 +109,25 @@ def check_fingerprint(cfg: DictConfig) -> None:
             break
         except OSError:
             if time.time() > deadline:
-                raise Mismatch(f"the serving node's agent did not answer {_agent_url(cfg, '/fingerprint')} within vllm.server_timeout") from None
+                raise Mismatch(
+                    f"the serving node's agent did not answer {_agent_url(cfg, '/fingerprint')} within "
+                    "vllm.server_timeout"
+                ) from None
             time.sleep(1.0)
     problems = consistency.differences([_fingerprint(cfg), theirs], sections=("config",))
     if problems:
-        message = "the serving node runs another config; start every node with the same command:\n  " + "\n  ".join(problems)
+        message = "the serving node runs another config; start every node with the same command:\n  " + "\n  ".join(
+            problems
+        )
         send_stop(cfg, "mismatch", message)
         raise Mismatch(message)
 
 
 def send_stop(cfg: DictConfig, status: str, error: str | None = None) -> None:
     """Node 0, at the end of the run: tell the serving node how it ended (best effort)."""
-    request = urllib.request.Request(_agent_url(cfg, "/stop"), data=json.dumps({"status": status, "error": error}).encode(), method="POST")
+    request = urllib.request.Request(
+        _agent_url(cfg, "/stop"), data=json.dumps({"status": status, "error": error}).encode(), method="POST"
+    )
     try:
         urllib.request.urlopen(request, timeout=10).close()
     except OSError as exc:

@@ -46,7 +46,12 @@ def executor(cfg: DictConfig, run_dir: Path, plan: Plan, cluster: str | None = N
         params["gpus_per_node"] = plan.gpus_per_node
     if s.mem_gb is not None:
         params["mem_gb"] = s.mem_gb
-    slurm_only = {"slurm_partition": s.partition, "slurm_account": s.account, "slurm_qos": s.qos, "slurm_constraint": s.constraint}
+    slurm_only = {
+        "slurm_partition": s.partition,
+        "slurm_account": s.account,
+        "slurm_qos": s.qos,
+        "slurm_constraint": s.constraint,
+    }
     params.update({k: v for k, v in slurm_only.items() if v is not None})
     if not local:
         params["slurm_signal_delay_s"] = s.signal_delay_s  # sbatch --signal=USR2@<s>: time to save a checkpoint
@@ -76,7 +81,9 @@ class _SacctOnce(logging.Filter):
             return True
         if not _SacctOnce.said:
             _SacctOnce.said = True
-            log.debug("sacct fails here (no SLURM accounting); submitit reads job states from squeue: %s", record.getMessage())
+            log.debug(
+                "sacct fails here (no SLURM accounting); submitit reads job states from squeue: %s", record.getMessage()
+            )
         return False
 
 
@@ -191,8 +198,19 @@ class NodeTask:
         summary = outcome.conclude(run_dir, code, time.time() - started)
         if summary["status"] == "preempted" and "SLURM_JOB_ID" in os.environ:
             if restarts < cfg.launcher.slurm.max_requeues:
-                log.warning("preempted at step %s: requeueing job %s (%d of %d)", summary.get("global_step"), env.job_id, restarts + 1, cfg.launcher.slurm.max_requeues)
+                log.warning(
+                    "preempted at step %s: requeueing job %s (%d of %d)",
+                    summary.get("global_step"),
+                    env.job_id,
+                    restarts + 1,
+                    cfg.launcher.slurm.max_requeues,
+                )
                 subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
                 raise SystemExit(outcome.EXIT_PREEMPTED)  # no result for submitit: the requeued job gives it
-            log.warning("preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s continues", cfg.launcher.slurm.max_requeues, run_dir)
+            log.warning(
+                "preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s "
+                "continues",
+                cfg.launcher.slurm.max_requeues,
+                run_dir,
+            )
         return summary["exit_code"]

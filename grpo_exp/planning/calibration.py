@@ -9,7 +9,8 @@ without calibration, and the train phase's measured peak is fitted as
 
     measured = f_states * (model states + runtime) + f_activations * activations + f_logits * logits
 
-by least squares over the runs (factors kept >= 0.05, the others refitted when one is held there). Runs across batch sizes and completion
+by least squares over the runs (factors kept >= 0.05, the others refitted when one is held there).
+Runs across batch sizes and completion
 lengths separate the three: states do not change with them, activations grow with batch x
 sequence, logits with batch x completion. A factor that the runs cannot separate (the same
 batch and lengths everywhere) stays 1.0. The file also records the device and statistic it came
@@ -25,6 +26,8 @@ from grpo_exp.core import rundir
 from grpo_exp.planning.planner import GROUPS
 
 FLOOR = 0.05  # no component is fitted away entirely
+
+
 def measured_train_gib(summary: dict) -> tuple[str, float] | None:
     """The train phase's measured peak (rundir.measured_peak: the same stat every report shows)."""
     found = rundir.measured_peak(summary, phase="train")
@@ -78,7 +81,13 @@ def sample(run_dir: Path) -> dict | None:
     plan_json = json.loads((Path(run_dir) / rundir.PLAN).read_text()) if (Path(run_dir) / rundir.PLAN).exists() else {}
     plan, _ = planner.plan_and_estimate(cfg, plan_json.get("gpus_per_node") or 0, str(config))
     parts = planner.train_phase_parts(planner.inputs(cfg, plan))
-    return {"run": str(run_dir), "stat": measured[0], "measured": measured[1], "device": plan.device, **{k: v / GIB for k, v in parts.items()}}
+    return {
+        "run": str(run_dir),
+        "stat": measured[0],
+        "measured": measured[1],
+        "device": plan.device,
+        **{k: v / GIB for k, v in parts.items()},
+    }
 
 
 def run_dirs(sources: list[str]) -> list[Path]:
@@ -88,17 +97,33 @@ def run_dirs(sources: list[str]) -> list[Path]:
 def calibrate(sources: list[str], out: Path) -> dict:
     samples = [s for s in map(sample, run_dirs(sources)) if s is not None]
     if len(samples) < 2:
-        raise ValueError(f"{len(samples)} measured run(s) under {', '.join(sources)}: calibration needs at least two (a sweep over batch size or completion length)")
+        raise ValueError(
+            f"{len(samples)} measured run(s) under {', '.join(sources)}: calibration needs at least two (a sweep "
+            "over batch size or completion length)"
+        )
     devices = {s["device"] for s in samples}
     if len(devices) > 1:
-        raise ValueError(f"runs from different devices ({', '.join(sorted(devices))}): calibrate each kind of device on its own")
+        raise ValueError(
+            f"runs from different devices ({', '.join(sorted(devices))}): calibrate each kind of device on its own"
+        )
     factors = fit(samples)
-    error = lambda s, f: 100 * (predict(s, f) - s["measured"]) / s["measured"]  # noqa: E731
+
+    def error(s, f):
+        return 100 * (predict(s, f) - s["measured"]) / s["measured"]
+
     result = {
         "factors": factors,
         "device": samples[0]["device"],
         "stat": samples[0]["stat"],
-        "runs": [{"run": s["run"], "measured_gib": s["measured"], "error_before_pct": error(s, {}), "error_after_pct": error(s, factors)} for s in samples],
+        "runs": [
+            {
+                "run": s["run"],
+                "measured_gib": s["measured"],
+                "error_before_pct": error(s, {}),
+                "error_after_pct": error(s, factors),
+            }
+            for s in samples
+        ],
     }
     out.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -109,18 +134,32 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     parser = argparse.ArgumentParser(
-        prog="python -m grpo_exp.calibrate", description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m grpo_exp.calibrate",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("sources", nargs="+", help="run dirs, or sweep dirs holding them")
-    parser.add_argument("--out", type=Path, default=Path("calibration.json"), help="where the factors go (preflight.calibration=<this file>)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("calibration.json"),
+        help="where the factors go (preflight.calibration=<this file>)",
+    )
     args = parser.parse_args(argv)
     try:
         result = calibrate(args.sources, args.out)
     except (ValueError, OSError) as exc:
         print(f"grpo_exp.calibrate: {exc}", file=sys.stderr)
         return 2
-    print(f"{len(result['runs'])} runs ({result['device']}, {result['stat']}): factors " + ", ".join(f"{k} {v:.2f}" for k, v in result["factors"].items()))
+    print(
+        f"{len(result['runs'])} runs ({result['device']}, {result['stat']}): factors "
+        + ", ".join(f"{k} {v:.2f}" for k, v in result["factors"].items())
+    )
     for r in result["runs"]:
-        print(f"  {Path(r['run']).name}: measured {r['measured_gib']:.2f} GiB, planner error {r['error_before_pct']:+.1f}% -> {r['error_after_pct']:+.1f}%")
+        print(
+            f"  {Path(r['run']).name}: measured {r['measured_gib']:.2f} GiB, planner error "
+            f"{r['error_before_pct']:+.1f}% -> {r['error_after_pct']:+.1f}%"
+        )
     print(f"written to {args.out}; use it with preflight.calibration={args.out}")
     return 0

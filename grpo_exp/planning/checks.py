@@ -14,8 +14,11 @@ from grpo_exp import Problem
 CPU_MIN_LIMIT_GIB = 2.0
 # Keys the batch rule reads: when one failed stage 1, the rule (and the plan) would say nothing useful.
 BATCH_INPUTS = {
-    "trainer.per_device_train_batch_size", "trainer.gradient_accumulation_steps", "trainer.num_generations",
-    "trainer.generation_batch_size", "trainer.steps_per_generation",
+    "trainer.per_device_train_batch_size",
+    "trainer.gradient_accumulation_steps",
+    "trainer.num_generations",
+    "trainer.generation_batch_size",
+    "trainer.steps_per_generation",
 }
 
 
@@ -36,10 +39,22 @@ def check_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     checks them inside each process, after launch)."""
     t = cfg.trainer
     if t.generation_batch_size is not None and t.steps_per_generation is not None:
-        return [Problem("trainer.generation_batch_size", "and trainer.steps_per_generation are both set; TRL derives one from the other", "set only one of them (null the other)")]
+        return [
+            Problem(
+                "trainer.generation_batch_size",
+                "and trainer.steps_per_generation are both set; TRL derives one from the other",
+                "set only one of them (null the other)",
+            )
+        ]
     micro = t.per_device_train_batch_size * world_size
     if t.generation_batch_size is not None and t.generation_batch_size % micro:
-        return [Problem("trainer.generation_batch_size", f"{t.generation_batch_size} is not a multiple of per_device_train_batch_size x world size = {micro}", f"use a multiple of {micro}")]
+        return [
+            Problem(
+                "trainer.generation_batch_size",
+                f"{t.generation_batch_size} is not a multiple of per_device_train_batch_size x world size = {micro}",
+                f"use a multiple of {micro}",
+            )
+        ]
     generation_batch = generation_batch_size(cfg, world_size)
     if generation_batch % t.num_generations:
         fits = [g for g in range(2, generation_batch + 1) if generation_batch % g == 0]
@@ -47,9 +62,12 @@ def check_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
             Problem(
                 "trainer.num_generations",
                 f"{t.num_generations} does not divide the generation batch {generation_batch} "
-                f"(per_device_train_batch_size {t.per_device_train_batch_size} x world size {world_size} x steps_per_generation "
-                f"{t.steps_per_generation or t.gradient_accumulation_steps}); every prompt needs all its completions in one batch",
-                f"trainer.num_generations in {fits}, or a per_device_train_batch_size/steps_per_generation that makes the batch a multiple of {t.num_generations}",
+                f"(per_device_train_batch_size {t.per_device_train_batch_size} x world size {world_size} x "
+                "steps_per_generation "
+                f"{t.steps_per_generation or t.gradient_accumulation_steps}); every prompt needs all its completions "
+                "in one batch",
+                f"trainer.num_generations in {fits}, or a per_device_train_batch_size/steps_per_generation that "
+                f"makes the batch a multiple of {t.num_generations}",
             )
         ]
     return []
@@ -64,7 +82,13 @@ def check_calibration(cfg: DictConfig) -> list[Problem]:
     try:
         load(path)
     except (OSError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
-        return [Problem("preflight.calibration", f"cannot be read: {exc}", "give a file written by python -m grpo_exp.calibrate <measured run dirs>, or null")]
+        return [
+            Problem(
+                "preflight.calibration",
+                f"cannot be read: {exc}",
+                "give a file written by python -m grpo_exp.calibrate <measured run dirs>, or null",
+            )
+        ]
     return []
 
 
@@ -73,30 +97,57 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
     topo, v = cfg.topology, cfg.vllm
     problems = []
     if not 0 <= topo.node_rank < topo.nnodes:
-        problems.append(Problem("topology.node_rank", f"is {topo.node_rank}, outside 0..{topo.nnodes - 1}", "set topology.node_rank (or NODE_RANK) to this node's index"))
+        problems.append(
+            Problem(
+                "topology.node_rank",
+                f"is {topo.node_rank}, outside 0..{topo.nnodes - 1}",
+                "set topology.node_rank (or NODE_RANK) to this node's index",
+            )
+        )
     if v.nodes:
         problems += check_serving_nodes(cfg, plan)
     elif v.mode == "server":
         gpus = v.gpus or 1
         if plan.gpus_per_node == 0 and cfg.vllm.standin is None:
-            problems.append(Problem("vllm.mode", "server mode needs GPUs; this topology has none", "use vllm=off on CPU"))
+            problems.append(
+                Problem("vllm.mode", "server mode needs GPUs; this topology has none", "use vllm=off on CPU")
+            )
         elif plan.gpus_per_node == 0:
             pass  # the CPU rehearsal's stand-in server
         elif gpus % v.tensor_parallel_size:
-            problems.append(Problem("vllm.gpus", f"is {gpus}; the server needs a positive multiple of vllm.tensor_parallel_size={v.tensor_parallel_size}", f"set vllm.gpus={v.tensor_parallel_size}"))
+            problems.append(
+                Problem(
+                    "vllm.gpus",
+                    f"is {gpus}; the server needs a positive multiple of "
+                    f"vllm.tensor_parallel_size={v.tensor_parallel_size}",
+                    f"set vllm.gpus={v.tensor_parallel_size}",
+                )
+            )
         elif gpus >= plan.gpus_per_node:
             problems.append(
                 Problem(
                     "vllm.gpus",
                     f"reserves {gpus} of node 0's {plan.gpus_per_node} GPUs, leaving none to train",
-                    f"set vllm.gpus below {plan.gpus_per_node}, use vllm.nodes=1 with a node that only serves, or vllm=colocate",
+                    f"set vllm.gpus below {plan.gpus_per_node}, use vllm.nodes=1 with a node that only serves, or "
+                    "vllm=colocate",
                 )
             )
         if cfg.model.name_or_path is None:
-            problems.append(Problem("vllm.mode", "the vLLM server loads the model by name; the tiny model has none", "use a real model (model=qwen0.5b) or vllm=off"))
+            problems.append(
+                Problem(
+                    "vllm.mode",
+                    "the vLLM server loads the model by name; the tiny model has none",
+                    "use a real model (model=qwen0.5b) or vllm=off",
+                )
+            )
     if v.mode == "colocate" and plan.world_size % v.tensor_parallel_size:
         problems.append(
-            Problem("vllm.tensor_parallel_size", f"{v.tensor_parallel_size} does not divide the world size {plan.world_size}; colocated vLLM groups ranks by it", "use a divisor of the world size")
+            Problem(
+                "vllm.tensor_parallel_size",
+                f"{v.tensor_parallel_size} does not divide the world size {plan.world_size}; colocated vLLM groups "
+                "ranks by it",
+                "use a divisor of the world size",
+            )
         )
     return problems
 
@@ -105,12 +156,19 @@ def check_serving_nodes(cfg: DictConfig, plan) -> list[Problem]:
     """vllm.nodes: the last node serves with all its GPUs (TRL's 4+1 layout for large models)."""
     v, nnodes, gpus = cfg.vllm, cfg.topology.nnodes, plan.gpus_per_node
     if v.mode != "server":
-        return [Problem("vllm.nodes", f"is {v.nodes}, but dedicated serving nodes run `trl vllm-serve` (vllm.mode is {v.mode})", "set vllm=server, or vllm.nodes=0")]
+        return [
+            Problem(
+                "vllm.nodes",
+                f"is {v.nodes}, but dedicated serving nodes run `trl vllm-serve` (vllm.mode is {v.mode})",
+                "set vllm=server, or vllm.nodes=0",
+            )
+        ]
     if v.nodes > 1:
         return [
             Problem(
                 "vllm.nodes",
-                f"is {v.nodes}; TRL 1.16's vLLM client talks to one server (one host and port), so requests cannot be spread over several serving nodes",
+                f"is {v.nodes}; TRL 1.16's vLLM client talks to one server (one host and port), so requests cannot "
+                "be spread over several serving nodes",
                 "set vllm.nodes=1: one node serves, data parallel over its GPUs",
             )
         ]
@@ -124,13 +182,25 @@ def check_serving_nodes(cfg: DictConfig, plan) -> list[Problem]:
         ]
     problems = []
     if gpus and gpus % v.tensor_parallel_size:
-        problems.append(Problem("vllm.tensor_parallel_size", f"{v.tensor_parallel_size} does not divide the serving node's {gpus} GPUs", f"use a divisor of {gpus}"))
+        problems.append(
+            Problem(
+                "vllm.tensor_parallel_size",
+                f"{v.tensor_parallel_size} does not divide the serving node's {gpus} GPUs",
+                f"use a divisor of {gpus}",
+            )
+        )
     if v.gpus is not None and v.gpus != gpus:
         problems.append(
-            Problem("vllm.gpus", f"is {v.gpus}, but with vllm.nodes=1 the serving node serves on all its {gpus} GPUs", "set vllm.gpus=null, or vllm.nodes=0 to serve on vllm.gpus of node 0")
+            Problem(
+                "vllm.gpus",
+                f"is {v.gpus}, but with vllm.nodes=1 the serving node serves on all its {gpus} GPUs",
+                "set vllm.gpus=null, or vllm.nodes=0 to serve on vllm.gpus of node 0",
+            )
         )
     if gpus == 0 and cfg.vllm.standin is None:
-        problems.append(Problem("vllm.nodes", "a serving node needs GPUs; this topology has none", "use vllm=off on CPU"))
+        problems.append(
+            Problem("vllm.nodes", "a serving node needs GPUs; this topology has none", "use vllm=off on CPU")
+        )
     return problems
 
 
@@ -140,13 +210,12 @@ def check_memory_limit(cfg: DictConfig, plan) -> list[Problem]:
         return [
             Problem(
                 "memory.limit_gib",
-                f"is {limit} GiB; a CPU worker needs ~1.5 GiB of address space (RLIMIT_DATA counts thread stacks) just to start torch and gloo",
+                f"is {limit} GiB; a CPU worker needs ~1.5 GiB of address space (RLIMIT_DATA counts thread stacks) "
+                "just to start torch and gloo",
                 f"set memory.limit_gib >= {CPU_MIN_LIMIT_GIB:g}",
             )
         ]
     return []
-
-
 
 
 def check_deepspeed_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
@@ -155,8 +224,14 @@ def check_deepspeed_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     t = cfg.trainer
     wanted = t.per_device_train_batch_size * world_size * t.gradient_accumulation_steps
     if isinstance(total, int) and not isinstance(total, bool) and total != wanted:
-        return [Problem("deepspeed.train_batch_size", f"is {total} but per_device_train_batch_size x world size x gradient_accumulation_steps "
-                        f"is {wanted}; transformers refuses the mismatch", "set deepspeed.train_batch_size=auto")]
+        return [
+            Problem(
+                "deepspeed.train_batch_size",
+                f"is {total} but per_device_train_batch_size x world size x gradient_accumulation_steps "
+                f"is {wanted}; transformers refuses the mismatch",
+                "set deepspeed.train_batch_size=auto",
+            )
+        ]
     return []
 
 
@@ -168,12 +243,24 @@ def check_eval_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     generations = t.num_generations_eval or t.num_generations
     total = t.per_device_eval_batch_size * world_size
     if total % generations:
-        return [Problem("trainer.per_device_eval_batch_size", f"{t.per_device_eval_batch_size} x world size {world_size} = {total} is not a multiple of "
-                        f"the {generations} generations per eval prompt (TRL refuses it)", f"use a multiple of {generations} per world size")]
+        return [
+            Problem(
+                "trainer.per_device_eval_batch_size",
+                f"{t.per_device_eval_batch_size} x world size {world_size} = {total} is not a multiple of "
+                f"the {generations} generations per eval prompt (TRL refuses it)",
+                f"use a multiple of {generations} per world size",
+            )
+        ]
     return []
 
 
 def check(cfg: DictConfig, plan) -> list[Problem]:
     """Every stage-2 problem of `cfg` for `plan`."""
-    return (check_topology(cfg, plan) + check_memory_limit(cfg, plan) + check_batch(cfg, plan.world_size)
-            + check_eval_batch(cfg, plan.world_size) + check_deepspeed_batch(cfg, plan.world_size) + check_calibration(cfg))
+    return (
+        check_topology(cfg, plan)
+        + check_memory_limit(cfg, plan)
+        + check_batch(cfg, plan.world_size)
+        + check_eval_batch(cfg, plan.world_size)
+        + check_deepspeed_batch(cfg, plan.world_size)
+        + check_calibration(cfg)
+    )

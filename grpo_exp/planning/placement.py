@@ -168,7 +168,11 @@ def describe(plan: Plan) -> str:
     for n in plan.nodes:
         gpus = f"GPUs {_span(n.train_gpus)}" if n.train_gpus else "CPU"
         vllm = f", vLLM server on GPUs {_span(n.vllm_gpus)}" if n.vllm_gpus else ""
-        role = f"serving only: vLLM on GPUs {_span(n.vllm_gpus)}" if not n.train_procs else f"{n.train_procs} training process(es) on {gpus}{vllm}"
+        role = (
+            f"serving only: vLLM on GPUs {_span(n.vllm_gpus)}"
+            if not n.train_procs
+            else f"{n.train_procs} training process(es) on {gpus}{vllm}"
+        )
         lines.append(f"  node {n.node_rank}: {role}")
         for role, argv in n.commands.items():
             env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k == "CUDA_VISIBLE_DEVICES")

@@ -17,8 +17,18 @@ from grpo_exp import GIB
 # The planner's components in the groups a calibration file corrects (planning/calibration.py fits a
 # factor per group from measured runs; preflight.calibration applies them here).
 GROUPS = {
-    "states": ("weights", "gradients", "optimizer", "reference_model", "zero1_full_gradients", "zero3_gather", "runtime", "autocast_weights",
-               "deepspeed_buffers", "dequantized_weights"),
+    "states": (
+        "weights",
+        "gradients",
+        "optimizer",
+        "reference_model",
+        "zero1_full_gradients",
+        "zero3_gather",
+        "runtime",
+        "autocast_weights",
+        "deepspeed_buffers",
+        "dequantized_weights",
+    ),
     "activations": ("activations",),
     "logits": ("logits",),
 }
@@ -30,6 +40,7 @@ def load(path: str | Path) -> dict:
     if not isinstance(data.get("factors"), dict):
         raise ValueError(f"{path} holds no 'factors' (write it with python -m grpo_exp.calibrate)")
     return data
+
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
@@ -167,11 +178,18 @@ def quantized_bytes_per_weight(q) -> float:
     return q.bits / 8 + 2.5 / 128
 
 
-def lora_params(hidden: int, q_dim: int, kv_dim: int, intermediate: int, layers: int, vocab: int, r: int, targets) -> int:
+def lora_params(
+    hidden: int, q_dim: int, kv_dim: int, intermediate: int, layers: int, vocab: int, r: int, targets
+) -> int:
     """Adapter parameters: r x (in + out) for every targeted linear layer."""
     shapes = {
-        "q_proj": (hidden, q_dim), "k_proj": (hidden, kv_dim), "v_proj": (hidden, kv_dim), "o_proj": (q_dim, hidden),
-        "gate_proj": (hidden, intermediate), "up_proj": (hidden, intermediate), "down_proj": (intermediate, hidden),
+        "q_proj": (hidden, q_dim),
+        "k_proj": (hidden, kv_dim),
+        "v_proj": (hidden, kv_dim),
+        "o_proj": (q_dim, hidden),
+        "gate_proj": (hidden, intermediate),
+        "up_proj": (hidden, intermediate),
+        "down_proj": (intermediate, hidden),
     }
     per_layer = sum(r * sum(shapes[t]) for t in targets if t in shapes)
     head = r * (hidden + vocab) if "lm_head" in targets else 0
@@ -182,8 +200,16 @@ def lora_trainable(cfg: DictConfig) -> int:
     if not cfg.peft.enabled:
         return 0
     m = cfg.model
-    return lora_params(m.hidden_size, m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim,
-                       m.intermediate_size, m.num_hidden_layers, m.vocab_size, cfg.peft.r, cfg.peft.target_modules)
+    return lora_params(
+        m.hidden_size,
+        m.num_attention_heads * m.head_dim,
+        m.num_key_value_heads * m.head_dim,
+        m.intermediate_size,
+        m.num_hidden_layers,
+        m.vocab_size,
+        cfg.peft.r,
+        cfg.peft.target_modules,
+    )
 
 
 def activation_checkpointing(trainer: DictConfig) -> bool:
@@ -212,20 +238,31 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
     zero = ds.get("zero_optimization", {}) if ds else {}
     prompt = cfg.data.max_prompt_length or 512  # unbounded prompts: assume 512 tokens (a note says so)
     return Inputs(
-        params=m.num_parameters, hidden=m.hidden_size, intermediate=m.intermediate_size,
-        layers=m.num_hidden_layers, heads=m.num_attention_heads, kv_heads=m.num_key_value_heads,
-        head_dim=m.head_dim, vocab=m.vocab_size, dtype_bytes=DTYPE_BYTES[m.dtype],
-        world_size=plan.world_size, capacity=capacity_bytes(cfg, plan), device=plan.device,
+        params=m.num_parameters,
+        hidden=m.hidden_size,
+        intermediate=m.intermediate_size,
+        layers=m.num_hidden_layers,
+        heads=m.num_attention_heads,
+        kv_heads=m.num_key_value_heads,
+        head_dim=m.head_dim,
+        vocab=m.vocab_size,
+        dtype_bytes=DTYPE_BYTES[m.dtype],
+        world_size=plan.world_size,
+        capacity=capacity_bytes(cfg, plan),
+        device=plan.device,
         batch=t.per_device_train_batch_size,
         steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
-        completion=t.max_completion_length, prompt=prompt,
+        completion=t.max_completion_length,
+        prompt=prompt,
         checkpointing=activation_checkpointing(t),
         ref_model=t.beta > 0 and not cfg.peft.enabled,
         zero_stage=int(zero.get("stage", 0)) if ds else 0,
         offload_optimizer=bool(zero.get("offload_optimizer")),
         offload_params=bool(zero.get("offload_param")),
         lora_params=lora_trainable(cfg),
-        vllm_mode=v.mode, vllm_util=v.gpu_memory_utilization, vllm_tp=v.tensor_parallel_size,
+        vllm_mode=v.mode,
+        vllm_util=v.gpu_memory_utilization,
+        vllm_tp=v.tensor_parallel_size,
         vllm_max_len=v.max_model_length or m.max_position_embeddings,
         vllm_sleep=v.enable_sleep_mode,
         ds3_gather_for_generation=t.ds3_gather_for_generation,
@@ -251,10 +288,16 @@ def _quantization(cfg: DictConfig) -> dict:
     if q is None:
         return {}
     q_dim, kv_dim = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
-    linear = m.num_hidden_layers * (2 * m.hidden_size * q_dim + 2 * m.hidden_size * kv_dim + 3 * m.hidden_size * m.intermediate_size)
+    linear = m.num_hidden_layers * (
+        2 * m.hidden_size * q_dim + 2 * m.hidden_size * kv_dim + 3 * m.hidden_size * m.intermediate_size
+    )
     compute = m.dtype if q.compute_dtype == "auto" else q.compute_dtype
-    return {"quant_bytes": quantized_bytes_per_weight(q), "quantized_params": min(linear, m.num_parameters),
-            "compute_bytes": DTYPE_BYTES[compute], "prequantized": bool(q.prequantized)}
+    return {
+        "quant_bytes": quantized_bytes_per_weight(q),
+        "quantized_params": min(linear, m.num_parameters),
+        "compute_bytes": DTYPE_BYTES[compute],
+        "prequantized": bool(q.prequantized),
+    }
 
 
 def _elements(value, auto: float) -> float:
@@ -286,7 +329,10 @@ def model_states(x: Inputs) -> dict[str, float]:
             "gradients": trainable * tb,
             "optimizer": 2 * trainable * tb,  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
         }
-    shard = lambda b: b / n  # noqa: E731
+
+    def shard(b):
+        return b / n
+
     weights = (frozen * wb + trainable * tb) if x.zero_stage < 3 else shard(frozen * wb + trainable * tb)
     # DeepSpeed keeps an fp32 master partition and fp32 Adam moments, and reduces gradients into
     # partitions (16-bit, plus an fp32 copy when training in 16 bit). These are the gradients held
@@ -317,7 +363,13 @@ def _activations_per_layer(x: Inputs, tokens: int) -> float:
     head: 2 (q_dim - kv_dim) more elements per token."""
     regime = "bf16" if x.dtype_bytes == 2 else ("autocast" if x.autocast else "fp32")
     c_h, c_q, c_kv, c_f, c_qk = ACTIVATION_BYTES_PER_TOKEN[regime]
-    per_token = c_h * x.hidden + c_q * x.q_dim + c_kv * x.kv_dim + c_f * x.intermediate + (c_qk * (x.q_dim + x.kv_dim) if x.qk_norm else 0.0)
+    per_token = (
+        c_h * x.hidden
+        + c_q * x.q_dim
+        + c_kv * x.kv_dim
+        + c_f * x.intermediate
+        + (c_qk * (x.q_dim + x.kv_dim) if x.qk_norm else 0.0)
+    )
     return tokens * (per_token + 2 * (x.q_dim - x.kv_dim) * x.activation_bytes)
 
 
@@ -417,7 +469,9 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         vllm_awake = x.vllm_util * x.capacity + VLLM_CUDA_GRAPHS
         vllm_resident = VLLM_CUDA_GRAPHS if x.vllm_sleep else vllm_awake
     c["vllm_colocated"] = vllm_awake
-    c["runtime"] = CUDA_CONTEXT if x.device == "cuda" else (CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME)
+    c["runtime"] = (
+        CUDA_CONTEXT if x.device == "cuda" else (CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME)
+    )
 
     for name, factor in x.calibration:  # preflight.calibration: factors fitted on measured runs
         for component in GROUPS[name]:
@@ -426,9 +480,19 @@ def estimate_train(x: Inputs) -> RoleEstimate:
     phases = {
         "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"] + c["dequantized_weights"],
         "score": persistent + vllm_resident + scoring_logits + c["dequantized_weights"],
-        "train": persistent + vllm_resident + c["activations"] + c["autocast_weights"] + c["logits"] + c["gradients"]
-        + c["zero1_full_gradients"] + c["deepspeed_buffers"] + c["dequantized_weights"],
-        "optimizer": persistent + vllm_resident + c["gradients"] + (x.allgather_bucket * wb if x.zero_stage in (1, 2) else 0.0),
+        "train": persistent
+        + vllm_resident
+        + c["activations"]
+        + c["autocast_weights"]
+        + c["logits"]
+        + c["gradients"]
+        + c["zero1_full_gradients"]
+        + c["deepspeed_buffers"]
+        + c["dequantized_weights"],
+        "optimizer": persistent
+        + vllm_resident
+        + c["gradients"]
+        + (x.allgather_bucket * wb if x.zero_stage in (1, 2) else 0.0),
     }
     torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
     phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
@@ -447,7 +511,8 @@ def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
     c = {
         # a pre-quantized checkpoint is served at its own bits; anything else in 16 bits
         "weights": (base_weight_bytes(replace(x, dtype_bytes=2)) if x.prequantized else x.params * 2) / x.vllm_tp,
-        "profile_activations": VLLM_PROFILE_TOKENS * (2 * x.hidden + 2 * x.intermediate / x.vllm_tp) * 2 + 256 * x.vocab * 4,
+        "profile_activations": VLLM_PROFILE_TOKENS * (2 * x.hidden + 2 * x.intermediate / x.vllm_tp) * 2
+        + 256 * x.vocab * 4,
         "non_torch": VLLM_NON_TORCH,
     }
     c["kv_cache"] = max(0.0, budget - sum(c.values()))
@@ -457,10 +522,16 @@ def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
     if c["kv_cache"] <= 0:
         notes.append("no memory left for the KV cache within gpu_memory_utilization")
     elif x.vllm_max_len * per_token > c["kv_cache"]:
-        notes.append(f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; only {c['kv_cache'] / GIB:.2f} GiB is left")
+        notes.append(
+            f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; only "
+            f"{c['kv_cache'] / GIB:.2f} GiB is left"
+        )
     else:
         concurrency = c["kv_cache"] / (per_token * (x.prompt + x.completion))
-        notes.append(f"KV cache holds {c['kv_cache'] / per_token:,.0f} tokens: ~{concurrency:.0f} sequences of prompt+completion at once")
+        notes.append(
+            f"KV cache holds {c['kv_cache'] / per_token:,.0f} tokens: ~{concurrency:.0f} sequences of "
+            "prompt+completion at once"
+        )
     peak = budget + c["cuda_graphs"]
     engine_ok = c["kv_cache"] > 0 and x.vllm_max_len * per_token <= c["kv_cache"]
     # An engine that cannot start is as fatal as an OOM: report it as over capacity.
@@ -488,6 +559,7 @@ def estimate(x: Inputs) -> Estimate:
 
 
 # --- what to change when it does not fit ------------------------------------------------------
+
 
 def _largest(lo: int, hi: int, fits) -> int | None:
     """Largest value in [lo, hi] for which fits(value) holds, assuming monotonic; None if none."""
@@ -533,7 +605,12 @@ def suggest(x: Inputs) -> list[dict]:
 
     bound("trainer.per_device_train_batch_size", "batch", 1, x.batch)
     if not x.checkpointing:
-        add("trainer.activation_checkpointing", True, replace(x, checkpointing=True), "trainer.activation_checkpointing=true")
+        add(
+            "trainer.activation_checkpointing",
+            True,
+            replace(x, checkpointing=True),
+            "trainer.activation_checkpointing=true",
+        )
     bound("trainer.max_completion_length", "completion", 16, x.completion)
     bound("data.max_prompt_length", "prompt", 16, x.prompt)
     if x.ref_model:
@@ -542,7 +619,12 @@ def suggest(x: Inputs) -> list[dict]:
         if x.zero_stage < stage and x.world_size > 1:
             add("deepspeed", f"zero{stage}", replace(x, zero_stage=stage), f"deepspeed=zero{stage}")
     if x.zero_stage >= 2 and not x.offload_optimizer:
-        add("deepspeed", f"zero{x.zero_stage}_offload", replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3), f"deepspeed=zero{x.zero_stage}_offload")
+        add(
+            "deepspeed",
+            f"zero{x.zero_stage}_offload",
+            replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3),
+            f"deepspeed=zero{x.zero_stage}_offload",
+        )
     if not x.lora_params:
         lora = lora_params(x.hidden, x.heads * x.head_dim, x.kv_dim, x.intermediate, x.layers, x.vocab, 16, LORA_LINEAR)
         add("peft", "lora", replace(x, lora_params=lora, ref_model=False), "peft=lora (r=16 on all linear layers)")
@@ -550,13 +632,23 @@ def suggest(x: Inputs) -> list[dict]:
         utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]
         fitting = [u for u in utils if estimate(replace(x, vllm_util=u)).fits]
         if fitting:
-            add("vllm.gpu_memory_utilization", max(fitting), replace(x, vllm_util=max(fitting)), f"vllm.gpu_memory_utilization <= {max(fitting):.2f}")
+            add(
+                "vllm.gpu_memory_utilization",
+                max(fitting),
+                replace(x, vllm_util=max(fitting)),
+                f"vllm.gpu_memory_utilization <= {max(fitting):.2f}",
+            )
         if not x.vllm_sleep:
             add("vllm.enable_sleep_mode", True, replace(x, vllm_sleep=True), "vllm.enable_sleep_mode=true")
     if x.vllm_mode == "server" and base.vllm is not None and not base.vllm.fits:
         if x.vllm_util < 0.95:
             add("vllm.gpu_memory_utilization", 0.95, replace(x, vllm_util=0.95), "vllm.gpu_memory_utilization=0.95")
-        add("vllm.tensor_parallel_size", x.vllm_tp * 2, replace(x, vllm_tp=x.vllm_tp * 2), f"vllm.tensor_parallel_size={x.vllm_tp * 2} (and vllm.gpus={x.vllm_tp * 2})")
+        add(
+            "vllm.tensor_parallel_size",
+            x.vllm_tp * 2,
+            replace(x, vllm_tp=x.vllm_tp * 2),
+            f"vllm.tensor_parallel_size={x.vllm_tp * 2} (and vllm.gpus={x.vllm_tp * 2})",
+        )
         needed = x.prompt + x.completion
         if x.vllm_max_len > needed:
             add("vllm.max_model_length", needed, replace(x, vllm_max_len=needed), f"vllm.max_model_length={needed}")
@@ -575,15 +667,29 @@ def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
     t = cfg.trainer
     switches = []
     if not x.checkpointing:
-        switches.append(([("trainer.activation_checkpointing", t.activation_checkpointing, True)], {"checkpointing": True}))
+        switches.append(
+            ([("trainer.activation_checkpointing", t.activation_checkpointing, True)], {"checkpointing": True})
+        )
     if x.vllm_mode == "colocate" and not x.vllm_sleep:
         switches.append(([("vllm.enable_sleep_mode", False, True)], {"vllm_sleep": True}))
     if x.zero_stage >= 2 and not x.offload_optimizer:
-        switches.append(([("deepspeed.zero_optimization.offload_optimizer", None, {"device": "cpu", "pin_memory": True})], {"offload_optimizer": True}))
+        switches.append(
+            (
+                [("deepspeed.zero_optimization.offload_optimizer", None, {"device": "cpu", "pin_memory": True})],
+                {"offload_optimizer": True},
+            )
+        )
 
     def split(b: int) -> tuple[list, dict]:
         factor = x.batch // b
-        changes = [("trainer.per_device_train_batch_size", x.batch, b), ("trainer.gradient_accumulation_steps", t.gradient_accumulation_steps, t.gradient_accumulation_steps * factor)]
+        changes = [
+            ("trainer.per_device_train_batch_size", x.batch, b),
+            (
+                "trainer.gradient_accumulation_steps",
+                t.gradient_accumulation_steps,
+                t.gradient_accumulation_steps * factor,
+            ),
+        ]
         if t.steps_per_generation is not None:  # else it follows gradient_accumulation_steps
             changes.append(("trainer.steps_per_generation", t.steps_per_generation, t.steps_per_generation * factor))
         return changes, {"batch": b, "steps_per_generation": x.steps_per_generation * factor}
@@ -633,20 +739,36 @@ def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
     notes = []
     needed = x.prompt + x.completion
     if x.vllm_mode != "off" and cfg.vllm.max_model_length is not None and cfg.vllm.max_model_length < needed:
-        notes.append(f"vllm.max_model_length {cfg.vllm.max_model_length} < prompt + completion ({needed} tokens): vLLM ends "
-                     "such generations at its limit, so long prompts get shorter completions (the plan sizes the KV cache by the limit)")
+        notes.append(
+            f"vllm.max_model_length {cfg.vllm.max_model_length} < prompt + completion ({needed} tokens): vLLM ends "
+            "such generations at its limit, so long prompts get shorter completions (the plan sizes the KV cache by "
+            "the limit)"
+        )
     if cfg.trainer.use_liger_kernel:
-        notes.append("trainer.use_liger_kernel: planned as trl's fused LM head (Liger's fused linear GRPO loss also never holds the "
-                     "full logits; its chunks differ) and unpatched layers; Liger's smaller RMSNorm/SwiGLU activations are not modelled")
+        notes.append(
+            "trainer.use_liger_kernel: planned as trl's fused LM head (Liger's fused linear GRPO loss also never "
+            "holds the "
+            "full logits; its chunks differ) and unpatched layers; Liger's smaller RMSNorm/SwiGLU activations are "
+            "not modelled"
+        )
     if cfg.trainer.eval_strategy != "no":
-        notes.append(f"evaluation generates for {cfg.trainer.per_device_eval_batch_size} held-out completions per rank "
-                     "(trainer.per_device_eval_batch_size) between steps: planned as no larger than a training generation batch")
+        notes.append(
+            f"evaluation generates for {cfg.trainer.per_device_eval_batch_size} held-out completions per rank "
+            "(trainer.per_device_eval_batch_size) between steps: planned as no larger than a training generation batch"
+        )
     if cfg.model.get("vision_parameters"):
-        notes.append(f"vision tower: {cfg.model.vision_parameters / 1e9:.2f}B of the {x.params / 1e9:.2f}B parameters, in weights "
-                     f"({'frozen under LoRA' if x.lora_params else 'trained: gradients and optimizer states too'})")
+        notes.append(
+            f"vision tower: {cfg.model.vision_parameters / 1e9:.2f}B of the {x.params / 1e9:.2f}B parameters, in "
+            "weights "
+            f"({'frozen under LoRA' if x.lora_params else 'trained: gradients and optimizer states too'})"
+        )
     if x.vllm_mode == "off" and cfg.trainer.use_transformers_continuous_batching:
-        notes.append("trainer.use_transformers_continuous_batching: transformers reserves a paged KV cache for generate() from the "
-                     "free memory at start-up (ContinuousBatchingConfig); the plan counts only this rank's generation batch's KV cache")
+        notes.append(
+            "trainer.use_transformers_continuous_batching: transformers reserves a paged KV cache for generate() "
+            "from the "
+            "free memory at start-up (ContinuousBatchingConfig); the plan counts only this rank's generation batch's "
+            "KV cache"
+        )
     return notes
 
 

@@ -17,8 +17,15 @@ from pathlib import Path
 from grpo_exp.config.overrides import values
 from grpo_exp.core import rundir
 
-FAILED_STATUSES = {"oom": "OOM", "predicted_oom": "pred. OOM", "failed": "failed", "invalid": "invalid",
-                   "mismatch": "mismatch", "stalled": "stalled", "interrupted": "interrupted"}
+FAILED_STATUSES = {
+    "oom": "OOM",
+    "predicted_oom": "pred. OOM",
+    "failed": "failed",
+    "invalid": "invalid",
+    "mismatch": "mismatch",
+    "stalled": "stalled",
+    "interrupted": "interrupted",
+}
 
 
 @dataclass
@@ -57,7 +64,10 @@ class Run:
 
 def load_local(path: Path) -> list[Run]:
     """One run dir, or every run dir (with a summary.json) directly below a multirun dir."""
-    return [Run(d.name, values(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve()) for d in rundir.run_dirs(path)]
+    return [
+        Run(d.name, values(rundir.read_overrides(d)), rundir.read_summary(d), d.resolve())
+        for d in rundir.run_dirs(path)
+    ]
 
 
 def load_wandb(project: str, group: str | None = None) -> list[Run]:
@@ -74,7 +84,11 @@ def load_wandb(project: str, group: str | None = None) -> list[Run]:
 def load(sources: list[str], group: str | None = None) -> list[Run]:
     runs = []
     for source in sources:
-        runs += load_wandb(source.removeprefix("wandb:"), group) if source.startswith("wandb:") else load_local(Path(source))
+        runs += (
+            load_wandb(source.removeprefix("wandb:"), group)
+            if source.startswith("wandb:")
+            else load_local(Path(source))
+        )
     return runs
 
 
@@ -89,28 +103,39 @@ def swept_keys(runs: list[Run]) -> list[str]:
 def rows(runs: list[Run]) -> list[dict]:
     keys = swept_keys(runs)
     if runs and all(run.planned for run in runs):  # a planning sweep: the planner's verdicts
-        return [{
-            "run": run.name, **{k: run.overrides.get(k, "") for k in keys},
-            "verdict": "fits" if run.summary.get("fits") else "OOM",
-            "plan GiB": run.summary.get("plan/train/peak_gib"), "vLLM GiB": run.summary.get("plan/vllm/peak_gib"),
-            "top fix": run.summary.get("suggestion") or "",
-        } for run in runs]
+        return [
+            {
+                "run": run.name,
+                **{k: run.overrides.get(k, "") for k in keys},
+                "verdict": "fits" if run.summary.get("fits") else "OOM",
+                "plan GiB": run.summary.get("plan/train/peak_gib"),
+                "vLLM GiB": run.summary.get("plan/vllm/peak_gib"),
+                "top fix": run.summary.get("suggestion") or "",
+            }
+            for run in runs
+        ]
     out = []
     for run in runs:
         s = run.summary
-        out.append({
-            "run": run.name,
-            **{k: run.overrides.get(k, "") for k in keys},
-            "status": run.status,
-            "peak GiB": run.peak_gib,
-            "vLLM GiB": s.get("memory/peak/vllm/device_used_max_gib"),
-            "tokens/s": s.get("throughput/tokens_per_s"),
-            "gen share": s.get("time/generate_share"),
-            "plan GiB": s.get("plan/train/peak_gib"),
-            "plan err %": run.planner_error_pct,
-            **({"train err %": run.train_error_pct, "calibrated err %": run.calibrated_error_pct} if any(r.calibrated_error_pct is not None for r in runs) else {}),
-            "oom phase": (s.get("oom") or {}).get("phase"),
-        })
+        out.append(
+            {
+                "run": run.name,
+                **{k: run.overrides.get(k, "") for k in keys},
+                "status": run.status,
+                "peak GiB": run.peak_gib,
+                "vLLM GiB": s.get("memory/peak/vllm/device_used_max_gib"),
+                "tokens/s": s.get("throughput/tokens_per_s"),
+                "gen share": s.get("time/generate_share"),
+                "plan GiB": s.get("plan/train/peak_gib"),
+                "plan err %": run.planner_error_pct,
+                **(
+                    {"train err %": run.train_error_pct, "calibrated err %": run.calibrated_error_pct}
+                    if any(r.calibrated_error_pct is not None for r in runs)
+                    else {}
+                ),
+                "oom phase": (s.get("oom") or {}).get("phase"),
+            }
+        )
     return out
 
 
@@ -124,7 +149,9 @@ def apply_calibration(runs: list[Run], path: Path) -> None:
         sample = calibration.sample(run.path) if run.path is not None else None
         if sample is not None:
             run.train_error_pct = 100 * (calibration.predict(sample, {}) - sample["measured"]) / sample["measured"]
-            run.calibrated_error_pct = 100 * (calibration.predict(sample, factors) - sample["measured"]) / sample["measured"]
+            run.calibrated_error_pct = (
+                100 * (calibration.predict(sample, factors) - sample["measured"]) / sample["measured"]
+            )
 
 
 def _fmt(value) -> str:
@@ -133,22 +160,32 @@ def _fmt(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def print_table(runs: list[Run], title: str = "runs") -> None:
-    from rich.console import Console
+def table(runs: list[Run], title: str = "runs", full_keys: bool = False):
+    """The runs as a rich Table (swept keys by their last part unless `full_keys`), or None without runs;
+    each trial's name links to its run dir (a terminal or browser with links opens it)."""
     from rich.table import Table
 
     data = rows(runs)
     if not data:
-        return
-    table = Table(title=title)
-    for column in data[0]:  # swept keys shown by their last part (num_generations), full in the HTML
-        table.add_column(column.rsplit(".", 1)[-1], justify="right" if column not in ("run", "status", "verdict", "top fix", "oom phase") else "left")
+        return None
+    out = Table(title=title)
+    for column in data[0]:
+        left = column in ("run", "status", "verdict", "top fix", "oom phase")
+        out.add_column(column if full_keys else column.rsplit(".", 1)[-1], justify="left" if left else "right")
     for run, row in zip(runs, data, strict=True):
         style = None if row.get("status", row.get("verdict")) in ("completed", "fits") else "red"
-        if run.path is not None:  # each trial links to its run dir (a terminal with links opens it)
+        if run.path is not None:
             row = {**row, "run": f"[link=file://{run.path}]{row['run']}[/link]"}
-        table.add_row(*(_fmt(v) for v in row.values()), style=style)
-    Console(width=160).print(table)
+        out.add_row(*(_fmt(v) for v in row.values()), style=style)
+    return out
+
+
+def print_table(runs: list[Run], title: str = "runs") -> None:
+    from rich.console import Console
+
+    shown = table(runs, title)
+    if shown is not None:
+        Console(width=160).print(shown)
 
 
 def heatmap(runs: list[Run], path: Path) -> Path | None:
@@ -187,13 +224,30 @@ def heatmap(runs: list[Run], path: Path) -> Path | None:
         for j in range(len(xs)):
             failed = np.isnan(grid[i, j])
             if failed and labels[i][j]:
-                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, facecolor="#d62728", alpha=0.85, hatch="//", edgecolor="white"))
-            ax.text(j, i, labels[i][j], ha="center", va="center", color="white", fontsize=10, fontweight="bold" if failed else "normal")
+                ax.add_patch(
+                    plt.Rectangle(
+                        (j - 0.5, i - 0.5), 1, 1, facecolor="#d62728", alpha=0.85, hatch="//", edgecolor="white"
+                    )
+                )
+            ax.text(
+                j,
+                i,
+                labels[i][j],
+                ha="center",
+                va="center",
+                color="white",
+                fontsize=10,
+                fontweight="bold" if failed else "normal",
+            )
     ax.set_xticks(range(len(xs)), xs)
     ax.set_yticks(range(len(ys)), ys)
     ax.set_xlabel(xk)
     ax.set_ylabel(yk)
-    ax.set_title("predicted peak memory per training process (GiB)" if all(r.planned for r in runs) else "peak memory per training process (GiB)")
+    ax.set_title(
+        "predicted peak memory per training process (GiB)"
+        if all(r.planned for r in runs)
+        else "peak memory per training process (GiB)"
+    )
     fig.colorbar(image, ax=ax, label="GiB")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -209,25 +263,34 @@ def _is_number(value: str) -> bool:
         return False
 
 
+# rich's HTML export around the table, with the heatmap inlined: one self-contained file.
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
+<style>{{stylesheet}}
+body {{{{ color: {{foreground}}; background-color: {{background}}; font-family: sans-serif }}}}</style>
+</head><body><h1>{title}</h1>{image}<pre style="font-family: Menlo, monospace">{{code}}</pre></body></html>
+"""
+
+
 def html_report(runs: list[Run], png: Path | None, path: Path, title: str) -> Path:
-    """One self-contained HTML file: the table and the heatmap (inlined as base64)."""
-    data = rows(runs)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in data[0]) if data else ""
-    body = "".join(
-        f"<tr class='{'ok' if r.get('status', r.get('verdict')) in ('completed', 'fits') else 'bad'}'>" + "".join(f"<td>{html.escape(_fmt(v))}</td>" for v in r.values()) + "</tr>"
-        for r in data
-    )
-    image = f"<img alt='peak memory heatmap' src='data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()}'>" if png else ""
-    path.write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>"
-        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-        "tr.bad{background:#fde2e2}th{background:#eee}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>{image}<table><tr>{head}</tr>{body}</table></body></html>\n"
-    )
+    """One self-contained HTML file: the heatmap (inlined as base64) and the table, exported by rich."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(record=True, file=io.StringIO(), width=220)
+    shown = table(runs, title, full_keys=True)
+    if shown is not None:
+        console.print(shown)
+    inlined = base64.b64encode(png.read_bytes()).decode() if png else None
+    image = f'<img alt="peak memory heatmap" src="data:image/png;base64,{inlined}">' if inlined else ""
+    page = _PAGE.format(title=html.escape(title), image=image)
+    path.write_text(console.export_html(code_format=page, inline_styles=True))
     return path
 
 
-def report(sources: list[str], out: Path | None = None, group: str | None = None, calibration: Path | None = None) -> dict:
+def report(
+    sources: list[str], out: Path | None = None, group: str | None = None, calibration: Path | None = None
+) -> dict:
     if len(sources) == 1 and (Path(sources[0]) / rundir.SUMMARY).exists():  # one run: its run report
         from grpo_exp.results import report as run_report
 
@@ -245,11 +308,17 @@ def report(sources: list[str], out: Path | None = None, group: str | None = None
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m grpo_exp.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m grpo_exp.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("sources", nargs="+", help="multirun dir, run dirs, or wandb:<entity>/<project>")
     parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
     parser.add_argument("--group", help="W&B group (a sweep) to select")
-    parser.add_argument("--calibration", type=Path, help="a file from python -m grpo_exp.calibrate: adds the planner's error per run before and after it")
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        help="a file from python -m grpo_exp.calibrate: adds the planner's error per run before and after it",
+    )
     args = parser.parse_args(argv)
     result = report(args.sources, args.out, args.group, args.calibration)
     print(f"{result['runs']} runs; heatmap: {result['heatmap'] or '(needs two swept axes)'}; report: {result['html']}")

@@ -37,20 +37,39 @@ def panels_and_metrics():
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 
-    memory = [wr.LinePlot(title=f"{phase}: peak memory, max over ranks (GiB)", y=[history(phase, s) for s in PEAK_STATS]) for phase in PHASES]
+    memory = [
+        wr.LinePlot(title=f"{phase}: peak memory, max over ranks (GiB)", y=[history(phase, s) for s in PEAK_STATS])
+        for phase in PHASES
+    ]
     memory.append(wr.LinePlot(title="vLLM server GPUs: device memory used (GiB)", y=[history(VLLM, "device_used_max")]))
     planned = [
-        wr.ScatterPlot(title=f"peak per training process: planned (x) vs measured {stat} (y), GiB; on target = the y = x diagonal",
-                       x=wr.SummaryMetric("plan/train/peak_gib"), y=wr.SummaryMetric(f"memory/peak/train/{stat}_gib"), regression=True)
+        wr.ScatterPlot(
+            title=f"peak per training process: planned (x) vs measured {stat} (y), GiB; on target = the y = x diagonal",
+            x=wr.SummaryMetric("plan/train/peak_gib"),
+            y=wr.SummaryMetric(f"memory/peak/train/{stat}_gib"),
+            regression=True,
+        )
         for stat in PEAK_STATS
     ]
-    planned.append(wr.BarPlot(title="planner error on model states (%)", metrics=[wr.SummaryMetric("plan_error/train/model_states_pct")]))
-    sweep = [wr.ParallelCoordinatesPlot(title="sweep: swept keys -> peak memory, tokens/s, exit code", columns=[
-        *[wr.ParallelCoordinatesPlotColumn(metric=wr.Config(key)) for key in SWEPT],
-        *[wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(f"memory/peak/train/{s}_gib")) for s in ("reserved_max", "host_rss_max")],
-        wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("throughput/tokens_per_s")),
-        wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("exit_code")),
-    ])]
+    planned.append(
+        wr.BarPlot(
+            title="planner error on model states (%)", metrics=[wr.SummaryMetric("plan_error/train/model_states_pct")]
+        )
+    )
+    sweep = [
+        wr.ParallelCoordinatesPlot(
+            title="sweep: swept keys -> peak memory, tokens/s, exit code",
+            columns=[
+                *[wr.ParallelCoordinatesPlotColumn(metric=wr.Config(key)) for key in SWEPT],
+                *[
+                    wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(f"memory/peak/train/{s}_gib"))
+                    for s in ("reserved_max", "host_rss_max")
+                ],
+                wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("throughput/tokens_per_s")),
+                wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("exit_code")),
+            ],
+        )
+    ]
     throughput = [
         wr.BarPlot(title="tokens/s (prompt + completion)", metrics=[wr.SummaryMetric("throughput/tokens_per_s")]),
         wr.BarPlot(title="time share per phase", metrics=[wr.SummaryMetric(f"time/{p}_share") for p in PHASES]),
@@ -70,13 +89,27 @@ def workspaces(project: str, entity: str, group: str | None):
     from wandb_workspaces import expr
 
     in_group = [ws.Metric("Group") == group] if group else []
-    main = ws.Workspace(entity=entity, project=project, name=f"grpo_exp memory{f': {group}' if group else ''}",
-                        sections=panels_and_metrics(), runset_settings=ws.RunsetSettings(filters=expr.And(*in_group) if in_group else ""))
+    main = ws.Workspace(
+        entity=entity,
+        project=project,
+        name=f"grpo_exp memory{f': {group}' if group else ''}",
+        sections=panels_and_metrics(),
+        runset_settings=ws.RunsetSettings(filters=expr.And(*in_group) if in_group else ""),
+    )
     ooms = ws.Workspace(
-        entity=entity, project=project, name=f"grpo_exp OOMs{f': {group}' if group else ''}", sections=[],
+        entity=entity,
+        project=project,
+        name=f"grpo_exp OOMs{f': {group}' if group else ''}",
+        sections=[],
         runset_settings=ws.RunsetSettings(
             filters=expr.And(*in_group, ws.Summary("status") == "oom"),
-            pinned_columns=["summary:oom.phase", "summary:oom.rank", "summary:oom.kind", "summary:oom.requested_bytes", "summary:status"],
+            pinned_columns=[
+                "summary:oom.phase",
+                "summary:oom.rank",
+                "summary:oom.kind",
+                "summary:oom.requested_bytes",
+                "summary:status",
+            ],
         ),
     )
     return [main, ooms]
@@ -87,7 +120,10 @@ def report(project: str, entity: str, group: str | None):
     import wandb_workspaces.reports.v2 as wr
 
     runset = wr.Runset(entity=entity, project=project, filters=f"Group == '{group}'" if group else "")
-    blocks = [wr.H1(f"grpo_exp sweep {group or project}"), wr.P("Peak memory per phase, planned vs measured, throughput. Built by python -m grpo_exp.dashboard.")]
+    blocks = [
+        wr.H1(f"grpo_exp sweep {group or project}"),
+        wr.P("Peak memory per phase, planned vs measured, throughput. Built by python -m grpo_exp.dashboard."),
+    ]
     for section in panels_and_metrics():
         blocks += [wr.H2(section.name), wr.PanelGrid(runsets=[runset], panels=section.panels)]
     return wr.Report(entity=entity, project=project, title=f"grpo_exp: {group or project}", blocks=blocks)
@@ -95,12 +131,24 @@ def report(project: str, entity: str, group: str | None):
 
 def spec(project: str, entity: str, group: str | None, with_report: bool) -> dict:
     """Everything the command would save, as plain JSON (W&B's own view models)."""
-    out = {"workspaces": [json.loads(w._to_model().model_dump_json(by_alias=True, exclude_none=True)) for w in workspaces(project, entity, group)]}
+    out = {
+        "workspaces": [
+            json.loads(w._to_model().model_dump_json(by_alias=True, exclude_none=True))
+            for w in workspaces(project, entity, group)
+        ]
+    }
     if with_report:  # a report's runsets resolve the project through the W&B API: list its blocks instead
         built = report(project, entity, group)
-        out["report"] = {"title": built.title, "blocks": [type(b).__name__ for b in built.blocks],
-                         "panels": [json.loads(p._to_model().model_dump_json(by_alias=True, exclude_none=True))
-                                    for b in built.blocks if hasattr(b, "panels") for p in b.panels]}
+        out["report"] = {
+            "title": built.title,
+            "blocks": [type(b).__name__ for b in built.blocks],
+            "panels": [
+                json.loads(p._to_model().model_dump_json(by_alias=True, exclude_none=True))
+                for b in built.blocks
+                if hasattr(b, "panels")
+                for p in b.panels
+            ],
+        }
     return out
 
 
@@ -134,13 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group", help="only the runs of this W&B group (a sweep: <experiment>/<sweep dir>)")
     parser.add_argument("--report", action="store_true", help="also save a report for the group")
     parser.add_argument("--dry-run", action="store_true", help="write the spec as JSON instead of saving (no network)")
-    parser.add_argument("--out", type=Path, default=Path("grpo_exp_dashboard.json"), help="where --dry-run writes the spec")
+    parser.add_argument(
+        "--out", type=Path, default=Path("grpo_exp_dashboard.json"), help="where --dry-run writes the spec"
+    )
     args = parser.parse_args(argv)
     if args.dry_run:
         data = spec(args.project, args.entity or "<your-entity>", args.group, args.report)
         args.out.write_text(json.dumps(data, indent=2) + "\n")
         names = sorted(metric_names(data))
-        print(f"wrote {args.out}: {len(data['workspaces'])} workspace views{' and a report' if args.report else ''} reading {len(names)} metrics:")
+        print(
+            f"wrote {args.out}: {len(data['workspaces'])} workspace views{' and a report' if args.report else ''} "
+            f"reading {len(names)} metrics:"
+        )
         for name in names:
             print(f"  {name}")
         return 0

@@ -37,11 +37,26 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
         planned = summary.get(f"plan/train/phases/{phase}_gib")
         if measured is not None or planned is not None:
             rows.append(("train", phase, _gib(measured), _gib(planned), _error(measured, planned)))
-    rows.append(("train", "peak", _gib(summary.get(f"memory/peak/train/{stat}_gib")), _gib(summary.get("plan/train/peak_gib")),
-                 _error(summary.get(f"memory/peak/train/{stat}_gib"), summary.get("plan/train/peak_gib"))))
+    rows.append(
+        (
+            "train",
+            "peak",
+            _gib(summary.get(f"memory/peak/train/{stat}_gib")),
+            _gib(summary.get("plan/train/peak_gib")),
+            _error(summary.get(f"memory/peak/train/{stat}_gib"), summary.get("plan/train/peak_gib")),
+        )
+    )
     vllm = summary.get(f"memory/peak/{VLLM}/device_used_max_gib")
     if vllm is not None or summary.get("plan/vllm/peak_gib") is not None:
-        rows.append((VLLM, "generate", _gib(vllm), _gib(summary.get("plan/vllm/peak_gib")), _error(vllm, summary.get("plan/vllm/peak_gib"))))
+        rows.append(
+            (
+                VLLM,
+                "generate",
+                _gib(vllm),
+                _gib(summary.get("plan/vllm/peak_gib")),
+                _error(vllm, summary.get("plan/vllm/peak_gib")),
+            )
+        )
     return rows
 
 
@@ -63,8 +78,10 @@ def headline(summary: dict) -> list[str]:
     oom = summary.get("oom")
     if oom:
         requested = oom.get("requested_bytes")
-        lines.append(f"OOM in phase {oom.get('phase')} on rank {oom.get('rank')} ({oom.get('kind')})"
-                     + (f": {requested / GIB:.2f} GiB requested" if requested else ""))
+        lines.append(
+            f"OOM in phase {oom.get('phase')} on rank {oom.get('rank')} ({oom.get('kind')})"
+            + (f": {requested / GIB:.2f} GiB requested" if requested else "")
+        )
     elif summary.get("error") and summary.get("status") != "completed":
         lines.append(str(summary["error"]).splitlines()[0][:180])
     return lines
@@ -79,8 +96,17 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     console.print(f"[bold]run report[/] {run_dir}")
     for line in headline(summary):
         console.print(f"  {line}")
-    table = Table(title=f"peak memory per process (GiB, {_measure(summary)}; max over ranks) - measured vs planned", title_justify="left")
-    for column, justify in (("role", "left"), ("phase", "left"), ("measured", "right"), ("planned", "right"), ("plan error", "right")):
+    table = Table(
+        title=f"peak memory per process (GiB, {_measure(summary)}; max over ranks) - measured vs planned",
+        title_justify="left",
+    )
+    for column, justify in (
+        ("role", "left"),
+        ("phase", "left"),
+        ("measured", "right"),
+        ("planned", "right"),
+        ("plan error", "right"),
+    ):
         table.add_column(column, justify=justify)
     for row in memory_rows(summary):
         table.add_row(*row)

@@ -94,8 +94,12 @@ def quantization_config(cfg: DictConfig):
     compute = getattr(torch, cfg.model.dtype if q.compute_dtype == "auto" else q.compute_dtype)
     if q.bits == 8:
         return BitsAndBytesConfig(load_in_8bit=True)
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=q.quant_type, bnb_4bit_use_double_quant=q.double_quant,
-                              bnb_4bit_compute_dtype=compute)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=q.quant_type,
+        bnb_4bit_use_double_quant=q.double_quant,
+        bnb_4bit_compute_dtype=compute,
+    )
 
 
 def reward_funcs(cfg: DictConfig) -> list:
@@ -133,7 +137,12 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
     tok = tokenizer(cfg, path)
     args = grpo_config(cfg, run_dir, use_cpu)
     dataset = build_dataset(cfg.data, tok, cfg.seed)
-    too_few = row_problems(cfg.data, len(dataset), "the dataset after loading and filtering", args.generation_batch_size // args.num_generations)
+    too_few = row_problems(
+        cfg.data,
+        len(dataset),
+        "the dataset after loading and filtering",
+        args.generation_batch_size // args.num_generations,
+    )
     if too_few:  # hub data and data.max_prompt_length are only known here, not in the driver's preflight
         raise ValueError(str(too_few[0]))
     log.info("model %s (%s) from %s", cfg.model.name, cfg.model.dtype, path)

@@ -87,7 +87,9 @@ def build_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset":
         ds = ds.map(lambda row: {"prompt": to_chat(row["prompt"], cfg.system_prompt)})
     if cfg.max_prompt_length is not None:
         ds = drop_long_prompts(ds, tokenizer, cfg.max_prompt_length)
-    log.info("dataset: %d rows, columns %s (every column but prompt reaches the reward functions)", len(ds), ds.column_names)
+    log.info(
+        "dataset: %d rows, columns %s (every column but prompt reaches the reward functions)", len(ds), ds.column_names
+    )
     return ds
 
 
@@ -125,5 +127,8 @@ def drop_long_prompts(ds: "Dataset", tokenizer, max_tokens: int) -> "Dataset":
         max(measured["prompt_tokens"], default=0),
     )
     if len(kept) == 0:
-        raise ValueError(f"data.max_prompt_length={max_tokens} dropped every prompt; the shortest has {min(measured['prompt_tokens'])} tokens. Raise data.max_prompt_length.")
+        raise ValueError(
+            f"data.max_prompt_length={max_tokens} dropped every prompt; the shortest has "
+            f"{min(measured['prompt_tokens'])} tokens. Raise data.max_prompt_length."
+        )
     return kept

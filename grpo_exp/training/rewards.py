@@ -63,7 +63,9 @@ def answer_closeness(completions, answer, **kwargs) -> list[float]:
     for c, a in zip(completions, answer, strict=True):
         predicted = extract_answer(completion_text(c))
         try:
-            distance = abs(float(predicted) - float(str(a).replace(",", ""))) / (abs(float(str(a).replace(",", ""))) + 1.0)
+            distance = abs(float(predicted) - float(str(a).replace(",", ""))) / (
+                abs(float(str(a).replace(",", ""))) + 1.0
+            )
             scores.append(1.0 / (1.0 + distance))
         except (TypeError, ValueError):
             scores.append(0.0)

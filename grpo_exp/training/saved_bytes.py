@@ -22,7 +22,16 @@ layer + the largest single layer measured without checkpointing.
 
 from dataclasses import dataclass
 
-ARCH_KEYS = ("model_type", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size", "tie_word_embeddings")
+ARCH_KEYS = (
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "tie_word_embeddings",
+)
 
 
 @dataclass
@@ -38,7 +47,9 @@ def _model(arch: dict, layers: int, dtype: str = "float32"):
     from transformers import AutoConfig, AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    config = AutoConfig.for_model(arch["model_type"], **{k: arch[k] for k in ARCH_KEYS if k != "model_type"}, num_hidden_layers=layers)
+    config = AutoConfig.for_model(
+        arch["model_type"], **{k: arch[k] for k in ARCH_KEYS if k != "model_type"}, num_hidden_layers=layers
+    )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
@@ -47,8 +58,16 @@ def _model(arch: dict, layers: int, dtype: str = "float32"):
 
 
 def measure(
-    arch: dict, layers: int = 2, batch: int = 2, prompt: int = 64, completion: int = 48,
-    dtype: str = "float32", autocast: bool = False, checkpointing: bool = False, padding: int = 0, model=None,
+    arch: dict,
+    layers: int = 2,
+    batch: int = 2,
+    prompt: int = 64,
+    completion: int = 48,
+    dtype: str = "float32",
+    autocast: bool = False,
+    checkpointing: bool = False,
+    padding: int = 0,
+    model=None,
 ) -> Saved:
     """Saved-for-backward bytes of one micro-batch: `batch` sequences of prompt + completion tokens,
     weights in `dtype`, optionally under bf16 autocast (GRPOConfig bf16=True)."""
@@ -62,7 +81,12 @@ def measure(
             outer = _saved(model, arch, batch, prompt, completion, autocast)
         finally:
             model.activation_checkpointing_disable()
-        return Saved(layers=int(inputs + largest_layer), head=outer.head, autocast_weights=outer.autocast_weights, attention_matrix=outer.attention_matrix)
+        return Saved(
+            layers=int(inputs + largest_layer),
+            head=outer.head,
+            autocast_weights=outer.autocast_weights,
+            attention_matrix=outer.attention_matrix,
+        )
     return _saved(model, arch, batch, prompt, completion, autocast, padding)
 
 

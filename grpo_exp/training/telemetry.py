@@ -228,7 +228,10 @@ def run_peaks(metrics: dict[str, float], peaks: dict[str, float]) -> dict[str, f
         match = re.fullmatch(r"memory/([a-z_]+)/(\w+_gib)", key)
         if match:
             role = VLLM if match.group(1) == VLLM else "train"
-            for name in (f"memory/peak/{role}/{match.group(2)}", f"memory/peak_phase/{match.group(1)}/{match.group(2)}"):
+            for name in (
+                f"memory/peak/{role}/{match.group(2)}",
+                f"memory/peak_phase/{match.group(1)}/{match.group(2)}",
+            ):
                 peaks[name] = max(peaks.get(name, value), value)
     return peaks
 
@@ -284,8 +287,10 @@ def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
 
     missing = missing_hooks(type(trainer))
     if missing:
-        raise RuntimeError(f"memory telemetry: this trl's GRPOTrainer has no {', '.join(missing)} (renamed in an upgrade?); "
-                           "memory.telemetry=false runs without it, or update telemetry.PHASE_HOOKS")
+        raise RuntimeError(
+            f"memory telemetry: this trl's GRPOTrainer has no {', '.join(missing)} (renamed in an upgrade?); "
+            "memory.telemetry=false runs without it, or update telemetry.PHASE_HOOKS"
+        )
 
     def wrap(obj, method: str, phase_name):
         original = getattr(obj, method)
@@ -298,7 +303,11 @@ def instrument(trainer, phases: PhaseMemory) -> dict[str, float]:
         setattr(obj, method, wrapped)
 
     for method, phase in PHASE_HOOKS.items():
-        wrap(trainer, method, (lambda: "train" if torch.is_grad_enabled() else "score") if phase == "score or train" else phase)
+        wrap(
+            trainer,
+            method,
+            (lambda: "train" if torch.is_grad_enabled() else "score") if phase == "score or train" else phase,
+        )
     if getattr(trainer, "vllm_generation", None) is not None:
         wrap(trainer.vllm_generation, "sync_weights", "weight_sync")
 
@@ -346,6 +355,7 @@ def throughput(phases: PhaseMemory, final_logs: dict) -> dict[str, float]:
 
 # --- OOM as a result ------------------------------------------------------------------------
 
+
 def apply_memory_limit(limit_gib: float | None) -> None:
     """Cap this rank's memory so OOM handling can be rehearsed: CUDA via the allocator's
     per-process fraction, host via RLIMIT_DATA (heap + anonymous mappings the process may hold)."""
@@ -364,6 +374,7 @@ def apply_memory_limit(limit_gib: float | None) -> None:
 
 
 # --- model-state bytes, measured (calibrates the planner) --------------------------------------
+
 
 class ModelStateMeter:
     """Real bytes of parameters, gradients and optimizer state on this rank, read right after each
@@ -411,7 +422,12 @@ class ModelStateMeter:
         opt_params = [p for group in optimizer.param_groups for p in group["params"]]
         grads += sum(nbytes(p.grad) for p in opt_params)
         states = sum(nbytes(p) for p in opt_params)  # fp32 master partitions (DeepSpeed); model params are seen already
-        states += sum(nbytes(v) for state in optimizer.state.values() for v in state.values() if hasattr(v, "untyped_storage") and v.dim() > 0)
+        states += sum(
+            nbytes(v)
+            for state in optimizer.state.values()
+            for v in state.values()
+            if hasattr(v, "untyped_storage") and v.dim() > 0
+        )
         for key, value in (("weights", weights), ("gradients", grads), ("optimizer", states)):
             self.peak[key] = max(self.peak.get(key, 0), value)
 

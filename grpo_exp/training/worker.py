@@ -53,7 +53,9 @@ class Preemption:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, _frame):
-        if self.signal_name is not None:  # asked again (SLURM signals every process, torchrun forwards): already stopping
+        if (
+            self.signal_name is not None
+        ):  # asked again (SLURM signals every process, torchrun forwards): already stopping
             return
         self.signal_name = signal.Signals(signum).name
         if not self.training:  # nothing to save yet: stop now; the run can start again (resume, requeue)
@@ -122,7 +124,11 @@ def _run_facts(trainer) -> dict:
         "zero_stage": engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else None,
         "trainable_parameters": sum(_numel(p) for p in params if p.requires_grad),
         # 4 / 8 when the base weights were loaded quantized (bitsandbytes), else None
-        "weight_bits": 4 if getattr(trainer.model, "is_loaded_in_4bit", False) else 8 if getattr(trainer.model, "is_loaded_in_8bit", False) else None,
+        "weight_bits": 4
+        if getattr(trainer.model, "is_loaded_in_4bit", False)
+        else 8
+        if getattr(trainer.model, "is_loaded_in_8bit", False)
+        else None,
         "parameters": sum(_numel(p) for p in params),
     }
 
@@ -133,13 +139,19 @@ def _numel(param) -> int:
 
 def progress_line(step: int, max_steps: int, logs: dict) -> str:
     """One short console line per logging step: step, loss, reward, the largest memory peak."""
-    peaks = {k: v for k, v in logs.items() if k.startswith("memory/") and k.endswith("_gib") and isinstance(v, (int, float))}
+    peaks = {
+        k: v for k, v in logs.items() if k.startswith("memory/") and k.endswith("_gib") and isinstance(v, (int, float))
+    }
     top = max(peaks, key=peaks.get, default=None)
     peak = f"  peak {peaks[top]:.2f} GiB ({top.split('/')[1]} {top.split('/')[2].removesuffix('_gib')})" if top else ""
     loss, reward = logs.get("loss"), logs.get("reward")
     done = round(20 * step / max_steps) if max_steps > 0 else 0
-    return (f"[{'#' * done}{'.' * (20 - done)}] step {step}/{max_steps}" + (f"  loss {loss:.4f}" if isinstance(loss, float) else "")
-            + (f"  reward {reward:.3f}" if isinstance(reward, float) else "") + peak)
+    return (
+        f"[{'#' * done}{'.' * (20 - done)}] step {step}/{max_steps}"
+        + (f"  loss {loss:.4f}" if isinstance(loss, float) else "")
+        + (f"  reward {reward:.3f}" if isinstance(reward, float) else "")
+        + peak
+    )
 
 
 def make_callback(run_dir: Path, rank: int, watchdog):
@@ -195,7 +207,11 @@ def _planned(run_dir: Path, measured: dict) -> dict:
     out = planner.summary_keys(json.loads(path.read_text()))
     if "measured/train/model_states_gib" in measured and "plan/train/weights_gib" in out:
         predicted = sum(out[f"plan/train/{k}_gib"] for k in ("weights", "gradients", "optimizer"))
-        out["plan_error/train/model_states_pct"] = 100 * (predicted - measured["measured/train/model_states_gib"]) / measured["measured/train/model_states_gib"]
+        out["plan_error/train/model_states_pct"] = (
+            100
+            * (predicted - measured["measured/train/model_states_gib"])
+            / measured["measured/train/model_states_gib"]
+        )
     return out
 
 
@@ -245,7 +261,11 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
     state.checkpoint = rundir.latest_checkpoint(run_dir)
     dropped = rundir.truncate_metrics(run_dir, state.checkpoint[1] if state.checkpoint else 0) if rank == 0 else 0
     if state.checkpoint is not None or dropped:
-        log.info("resuming from %s; %d metrics line(s) after it dropped", state.checkpoint[0] if state.checkpoint else "step 0", dropped)
+        log.info(
+            "resuming from %s; %d metrics line(s) after it dropped",
+            state.checkpoint[0] if state.checkpoint else "step 0",
+            dropped,
+        )
     state.tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
     state.watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     state.callback = make_callback(run_dir, rank, state.watchdog)
@@ -266,27 +286,44 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
         _init_distributed(cfg, state.world_size, use_cpu=not torch.cuda.is_available())
         if state.world_size > 1:
             consistency.check_across_ranks(cfg)  # before the model loads: fail fast, not hang
-        trainer = build.trainer(cfg, state.run_dir, not torch.cuda.is_available(),
-                                callbacks=[state.callback, preemption.callback(state.world_size)])
+        trainer = build.trainer(
+            cfg,
+            state.run_dir,
+            not torch.cuda.is_available(),
+            callbacks=[state.callback, preemption.callback(state.world_size)],
+        )
         _check_placement(trainer)
         if state.phases is not None:
             state.peaks = telemetry.instrument(trainer, state.phases)
             state.meter = telemetry.ModelStateMeter(trainer.model)
             state.meter.install()
         result = trainer.train(resume_from_checkpoint=str(state.checkpoint[0]) if state.checkpoint else None)
-        ended = {"status": "completed", "time": time.time(), "error": None, "global_step": result.global_step,
-                 "train_runtime_s": result.metrics.get("train_runtime"), "runtime": _run_facts(trainer)}
+        ended = {
+            "status": "completed",
+            "time": time.time(),
+            "error": None,
+            "global_step": result.global_step,
+            "train_runtime_s": result.metrics.get("train_runtime"),
+            "runtime": _run_facts(trainer),
+        }
         if preemption.signal_name is not None:
             saved = rundir.latest_checkpoint(state.run_dir)
-            ended.update(status="preempted", error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
-                         f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={state.run_dir}` continues")
+            ended.update(
+                status="preempted",
+                error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
+                f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={state.run_dir}` "
+                "continues",
+            )
         log.info("run facts: %s", ended["runtime"])
         return ended
     except BaseException as exc:  # KeyboardInterrupt included: every end is recorded
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the record short
         ended = outcome.classify(exc, state.rank, state.phases)
         if ended["status"] == "interrupted" and preemption.signal_name is not None:
-            ended.update(status="preempted", error=f"stopped by {preemption.signal_name} before training started; nothing to save")
+            ended.update(
+                status="preempted",
+                error=f"stopped by {preemption.signal_name} before training started; nothing to save",
+            )
         if ended["status"] != "interrupted":
             log.exception("training failed (%s)", ended["status"])
         return ended
@@ -305,12 +342,19 @@ def _record(state: _Rank, ended: dict) -> None:
             measured.update(telemetry.throughput(state.phases, state.callback.last_logs))
         previous = rundir.read_summary(state.run_dir)  # a resumed run's peaks cover every segment
         peaks = {k: max(v, previous.get(k, v)) for k, v in state.peaks.items()}
-        ended.update(**peaks, **measured, **_planned(state.run_dir, measured), final_metrics=state.callback.last_logs,
-                     first_metrics=previous.get("first_metrics") or state.callback.first_logs,
-                     worker_wall_s=round(time.time() - state.started, 3))
+        ended.update(
+            **peaks,
+            **measured,
+            **_planned(state.run_dir, measured),
+            final_metrics=state.callback.last_logs,
+            first_metrics=previous.get("first_metrics") or state.callback.first_logs,
+            worker_wall_s=round(time.time() - state.started, 3),
+        )
     if state.rank == 0 or ended["status"] != "completed":
         rundir.write_rank_record(state.run_dir, state.rank, ended)
-    if state.rank == 0:  # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
+    if (
+        state.rank == 0
+    ):  # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
         explained = outcome.explain(outcome.read_records(state.run_dir))
         state.tracker.finish({**previous, **explained}, outcome.EXIT_CODES[explained["status"]])
 

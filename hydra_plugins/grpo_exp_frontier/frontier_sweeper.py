@@ -41,7 +41,9 @@ ConfigStore.instance().store(group="hydra/sweeper", name="frontier", node=Fronti
 
 
 class FrontierSweeper(Sweeper):
-    def __init__(self, batch_key: str, batch_values: List[int], axis_key: str, axis_values: List[Any], use_planner: bool = True):
+    def __init__(
+        self, batch_key: str, batch_values: List[int], axis_key: str, axis_values: List[Any], use_planner: bool = True
+    ):
         self.batch_key, self.batch_values = batch_key, sorted(batch_values)
         self.axis_key, self.axis_values = axis_key, list(axis_values)
         self.use_planner = use_planner
@@ -52,7 +54,9 @@ class FrontierSweeper(Sweeper):
         from hydra.core.plugins import Plugins
 
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
 
     def _overrides(self, arguments: List[str], axis, batch) -> List[str]:
         return [*arguments, f"{self.axis_key}={axis}", f"{self.batch_key}={batch}"]
@@ -66,15 +70,21 @@ class FrontierSweeper(Sweeper):
 
         best = 0
         for i, batch in enumerate(self.batch_values):
-            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, self._overrides(arguments, axis, batch))
-            if planner.plan_and_estimate(cfg, launch.visible_gpus())[1]["fits"]:  # the driver's own verdict for this trial
+            cfg = self.hydra_context.config_loader.load_sweep_config(
+                self.config, self._overrides(arguments, axis, batch)
+            )
+            if planner.plan_and_estimate(cfg, launch.visible_gpus())[1][
+                "fits"
+            ]:  # the driver's own verdict for this trial
                 best = i
         return best
 
     def _run_round(self, arguments: List[str], probes: List[tuple]) -> List[dict]:
         """One probe per unfinished num_generations line, launched together: under launcher=slurm
         the driver submits them as concurrent jobs, gathered here before their summaries are read."""
-        results = self.launcher.launch([self._overrides(arguments, axis, batch) for axis, batch in probes], initial_job_idx=self.job_idx)
+        results = self.launcher.launch(
+            [self._overrides(arguments, axis, batch) for axis, batch in probes], initial_job_idx=self.job_idx
+        )
         self.job_idx += len(probes)
         import sys
 
@@ -88,12 +98,22 @@ class FrontierSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         trials = []
         # Each line bisects its own [lo, hi] range of batch indices; the lines advance together.
-        lines = {axis: {"lo": 0, "hi": len(self.batch_values) - 1, "best": None, "probe": self._planned_index(arguments, axis)} for axis in self.axis_values}
+        lines = {
+            axis: {
+                "lo": 0,
+                "hi": len(self.batch_values) - 1,
+                "best": None,
+                "probe": self._planned_index(arguments, axis),
+            }
+            for axis in self.axis_values
+        }
         while active := [axis for axis, line in lines.items() if line["lo"] <= line["hi"]]:
             for axis in active:
                 line = lines[axis]
                 line["probe"] = min(max(line["probe"], line["lo"]), line["hi"])
-            round_trials = self._run_round(arguments, [(axis, self.batch_values[lines[axis]["probe"]]) for axis in active])
+            round_trials = self._run_round(
+                arguments, [(axis, self.batch_values[lines[axis]["probe"]]) for axis in active]
+            )
             for axis, trial in zip(active, round_trials, strict=True):
                 line = lines[axis]
                 trials.append(trial)
@@ -105,9 +125,17 @@ class FrontierSweeper(Sweeper):
         frontier = {}
         for axis, line in lines.items():
             frontier[str(axis)] = self.batch_values[line["best"]] if line["best"] is not None else None
-            log.info("frontier: %s=%s -> largest %s that fits: %s", self.axis_key, axis, self.batch_key, frontier[str(axis)])
-        report = {"axis_key": self.axis_key, "batch_key": self.batch_key, "frontier": frontier,
-                  "launches": len(trials), "grid_size": len(self.axis_values) * len(self.batch_values), "trials": trials}
+            log.info(
+                "frontier: %s=%s -> largest %s that fits: %s", self.axis_key, axis, self.batch_key, frontier[str(axis)]
+            )
+        report = {
+            "axis_key": self.axis_key,
+            "batch_key": self.batch_key,
+            "frontier": frontier,
+            "launches": len(trials),
+            "grid_size": len(self.axis_values) * len(self.batch_values),
+            "trials": trials,
+        }
         (sweep_dir / "frontier.json").write_text(json.dumps(report, indent=2) + "\n")
         return report
 
