@@ -11,6 +11,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+def _shipped(name: str) -> Path:
+    """conf/ or sweeps/: inside the installed package (a wheel ships them as grpo_exp/conf and
+    grpo_exp/sweeps), else at the top of the repository (an editable checkout, the layout users know)."""
+    here = Path(__file__).resolve().parent
+    return here / name if (here / name).is_dir() else here.parent / name
+
+
+CONF_DIR = _shipped("conf")  # Hydra's primary config dir; a user's own adds with --config-dir
+SWEEPS_DIR = _shipped("sweeps")  # the +sweep= presets
+
 GIB = 2**30  # every memory figure grpo_exp reports is in GiB (2^30 bytes), named *_gib
 
 # The phases of a GRPO step, in order. Telemetry measures each; the planner models generate,

@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from grpo_exp import Problem
+from grpo_exp import CONF_DIR, Problem
 from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, overrides, resume
 from grpo_exp.config.schema import register_configs
@@ -42,7 +42,6 @@ from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import placement, planner
 from grpo_exp.results import report
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 log = logging.getLogger("grpo_exp")
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from grpo_exp import Problem, is_local_path
+from grpo_exp import CONF_DIR, Problem, is_local_path
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("name_or_path", help="local model directory or hub id")
     parser.add_argument("--name", help="option name (default: the directory or repo name, lower-cased)")
     parser.add_argument(
-        "--out", type=Path, default=Path(__file__).resolve().parents[2] / "conf" / "model", help="where the YAML goes"
+        "--out", type=Path, default=CONF_DIR / "model", help="where the YAML goes"
     )
     parser.add_argument("--print", action="store_true", help="print the YAML instead of writing it")
     args = parser.parse_args(argv)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import yaml
 
-from grpo_exp import is_local_path
+from grpo_exp import CONF_DIR, is_local_path
 from grpo_exp.config import keys
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
+CONF = CONF_DIR
 TRAINER_FIELDS = set(TrainerFields.__dataclass_fields__)
 VLLM_FIELDS = set(VllmFields.__dataclass_fields__)
 # Reward names -> grpo_exp's closest function and what it reads: open-r1's (accuracy, format, tag_count

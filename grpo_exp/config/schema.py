@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
+from grpo_exp import SWEEPS_DIR
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
 
 
@@ -273,9 +274,6 @@ class Config:
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None
     seed: int = 42
-
-
-SWEEPS_DIR = Path(__file__).resolve().parents[2] / "sweeps"
 
 
 def register_configs() -> None:

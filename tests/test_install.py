@@ -1,0 +1,69 @@
+"""Installable like any tool: a wheel (not an editable checkout) carries conf/ and sweeps/, plans from
+another directory, and takes a user's own config dir (--config-dir) beside its own options."""
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import REPO
+
+
+@pytest.mark.slow
+def test_a_wheel_plans_from_any_directory_with_a_users_config_dir(tmp_path):
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "whl"),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp_path / "whl").glob("grpo_exp-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert (
+        "grpo_exp/conf/config.yaml" in names
+        and "grpo_exp/sweeps/frontier.yaml" in names
+        and "grpo_exp/core/rundir.py" in names
+    )
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    (tmp_path / "mine" / "model").mkdir(parents=True)
+    qwen7b = (REPO / "conf" / "model" / "qwen7b.yaml").read_text()
+    (tmp_path / "mine" / "model" / "my_model.yaml").write_text(qwen7b.replace("name: qwen7b", "name: my-model"))
+    (tmp_path / "elsewhere").mkdir()
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "site"), "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+
+    def plan(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "grpo_exp", *args, "action=plan"],
+            cwd=tmp_path / "elsewhere",
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    found = subprocess.run(
+        [sys.executable, "-c", "import grpo_exp; print(grpo_exp.CONF_DIR)"],
+        cwd=tmp_path / "elsewhere",
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout.strip() == str(tmp_path / "site" / "grpo_exp" / "conf")  # the wheel's, not the checkout's
+    shipped = plan("model=qwen7b", "topology=2x8", "vllm=server", f"hydra.run.dir={tmp_path / 'w1'}")
+    assert shipped.returncode == 0 and (tmp_path / "w1" / "plan.json").is_file(), shipped.stderr[-2000:]
+    own = plan(
+        "--config-dir", str(tmp_path / "mine"), "model=my_model", "topology=1x8", f"hydra.run.dir={tmp_path / 'w2'}"
+    )
+    assert own.returncode == 0 and "my-model" in (tmp_path / "w2" / "config.yaml").read_text(), own.stderr[-2000:]
