@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+
 def _shipped(name: str) -> Path:
     """conf/ or sweeps/: inside the installed package (a wheel ships them as grpo_exp/conf and
     grpo_exp/sweeps), else at the top of the repository (an editable checkout, the layout users know)."""

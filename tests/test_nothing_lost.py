@@ -52,8 +52,14 @@ def test_a_run_dir_belongs_to_one_run(cli):
     assert {p: md5(p) for p in before} == before  # nothing of the first run mixed or overwritten
 
 
-def test_a_dir_holding_only_a_plan_can_be_run_in():
-    assert rundir.holds_run(Path("/nonexistent")) is None
+def test_a_dir_holding_only_a_plan_can_be_run_in(tmp_path):
+    from grpo_exp.__main__ import reused_run_dir
+
+    assert rundir.holds_run(tmp_path / "nothing") is None and reused_run_dir(tmp_path / "nothing") is None
+    outcome.write_status(tmp_path, "planned", fits=True)  # what a planning sweep's trial leaves
+    assert rundir.holds_run(tmp_path) is None and reused_run_dir(tmp_path) is None
+    outcome.write_status(tmp_path, "completed")
+    assert rundir.holds_run(tmp_path)["status"] == "completed" and reused_run_dir(tmp_path).key == "hydra.run.dir"
 
 
 def test_default_dirs_are_unique_for_runs_started_in_the_same_second(tmp_path):

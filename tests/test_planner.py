@@ -178,7 +178,9 @@ def test_every_shipped_model_and_topology_plans(model, topology):
     for vllm in ("off", "colocate") + (("server",) if topology not in ("1x1",) else ()):
         cfg = compose_cfg(f"model={model}", f"topology={topology}", f"vllm={vllm}")
         memory = planner.preflight(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=0))
-        assert memory["train"]["peak_gib"] > 0 and isinstance(memory["fits"], bool)
+        engine_fits = memory["vllm"] is None or memory["vllm"]["peak_gib"] <= memory["vllm"]["capacity_gib"]
+        assert memory["train"]["peak_gib"] > 0
+        assert memory["fits"] == (memory["train"]["peak_gib"] <= memory["train"]["capacity_gib"] and engine_fits)
         assert (memory["vllm"] is not None) == (vllm == "server")
         if not memory["fits"]:
             assert memory["suggestions"], (model, topology, vllm)

@@ -376,9 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("name_or_path", help="local model directory or hub id")
     parser.add_argument("--name", help="option name (default: the directory or repo name, lower-cased)")
-    parser.add_argument(
-        "--out", type=Path, default=CONF_DIR / "model", help="where the YAML goes"
-    )
+    parser.add_argument("--out", type=Path, default=CONF_DIR / "model", help="where the YAML goes")
     parser.add_argument("--print", action="store_true", help="print the YAML instead of writing it")
     args = parser.parse_args(argv)
     try:

@@ -142,9 +142,9 @@ def rows(runs: list[Run]) -> list[dict]:
 def apply_calibration(runs: list[Run], path: Path) -> None:
     """Each measured local run gains the planner's train-phase error without and with the factors
     in `path` (a file from python -m grpo_exp.calibrate)."""
-    from grpo_exp.planning import calibration
+    from grpo_exp.planning import calibration, planner
 
-    factors = calibration.load(path)["factors"]
+    factors = planner.load(path)["factors"]
     for run in runs:
         sample = calibration.sample(run.path) if run.path is not None else None
         if sample is not None:
