@@ -220,6 +220,10 @@ VALUES = {
     "generation_batch_size": 16,
     "neftune_noise_alpha": 5.0,
     "torch_empty_cache_steps": 10,
+    "eval_steps": 5,
+    "per_device_eval_batch_size": 4,
+    "num_generations_eval": 2,
+    "metric_for_best_model": "reward",
     "eval_accumulation_steps": 2,
     "ddp_bucket_cap_mb": 25,
     "router_aux_loss_coef": 0.01,
@@ -285,17 +289,6 @@ NOT_SETTABLE_HERE = {
     "fp16_full_eval": "needs a GPU",
     "bf16_full_eval": "needs bf16 support for eval",
     "tf32": "TF32 needs an Ampere GPU",
-    "eval_strategy": "grpo_exp builds no eval dataset yet",
-    "do_eval": "no eval dataset yet",
-    "load_best_model_at_end": "needs evaluation",
-    "metric_for_best_model": "needs evaluation",
-    "greater_is_better": "needs evaluation",
-    "eval_steps": "needs evaluation",
-    "eval_on_start": "needs evaluation",
-    "per_device_eval_batch_size": "needs evaluation",
-    "num_generations_eval": "needs evaluation",
-    "eval_delay": "needs evaluation",
-    "batch_eval_metrics": "needs evaluation",
     "auto_find_batch_size": "TRL refuses it for GRPO",
     "push_to_hub": "needs the hub",
     "hub_model_id": "needs the hub",
@@ -315,6 +308,22 @@ NOT_SETTABLE_HERE = {
     "use_cpu": "owned",
     "dataloader_prefetch_factor": "needs dataloader_num_workers > 0 (refused without it: REFUSED above)",
     "ddp_backend": "GRPOConfig initialises that process group when built (the e2e runs train over gloo)",
+}
+
+
+# Fields that act only with evaluation: set with held-out prompts and eval_strategy=steps beside them.
+EVAL_FIELDS = {
+    "eval_strategy",
+    "do_eval",
+    "load_best_model_at_end",
+    "metric_for_best_model",
+    "greater_is_better",
+    "eval_steps",
+    "eval_on_start",
+    "per_device_eval_batch_size",
+    "num_generations_eval",
+    "eval_delay",
+    "batch_eval_metrics",
 }
 
 
@@ -351,7 +360,15 @@ def test_every_trainer_field_set_on_the_command_line_is_what_grpo_config_holds(f
         rendered = str(value).replace("'", "").replace("False", "false").replace("True", "true")
     else:
         rendered = f"'{value}'" if isinstance(value, str) else value  # quoted: a string, whatever it holds
-    problems, cfg = report(f"trainer.{field.name}={rendered}")
+    beside = []
+    if field.name in EVAL_FIELDS:
+        (tmp_path / "eval.jsonl").write_text(
+            "".join(f'{{"prompt": "{a} + 1?", "answer": "{a + 1}"}}\n' for a in range(8))
+        )
+        beside = [f"data.eval_path={tmp_path / 'eval.jsonl'}"] + (
+            ["trainer.eval_strategy=steps"] if field.name != "eval_strategy" else []
+        )
+    problems, cfg = report(f"trainer.{field.name}={rendered}", *beside)
     assert problems == "" and cfg is not None, problems
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     got = _expected(getattr(args, field.name))
