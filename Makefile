@@ -1,7 +1,7 @@
 # Two commands for a fresh machine with Python >= 3.10:
 #   make demo   set up .venv and run the default experiment (tiny model, a few real GRPO steps)
 #   make test   set up .venv and run the test suite (what CI runs)
-#   make test-fast  the edit-test loop: no training processes, no exhaustive matrices, on every core (~35 s on 2)
+#   make test-fast  the edit-test loop: no training processes, no exhaustive matrices, on every core (~65 s on 2)
 #   make lint   ruff with the project's configuration (pyproject.toml)
 PYTHON ?= python3
 VENV ?= .venv

@@ -1,5 +1,5 @@
-"""Reward functions for the tests: one that asks for too much memory, one that hangs, one that records
-the columns it gets."""
+"""Reward functions for the tests: one that asks for too much memory, one that hangs, one that paces the
+steps, one that records the columns it gets."""
 
 import os
 
@@ -30,6 +30,15 @@ def stuck(completions, seconds: float = 600.0, only_rank: int | None = None, **k
 
     if only_rank is None or int(os.environ.get("RANK", "0")) == only_rank:
         time.sleep(seconds)
+    return [0.0] * len(completions)
+
+
+def paced(completions, seconds: float = 0.4, **kwargs) -> list[float]:
+    """Takes `seconds` per reward call (one per step here): bounds the step rate whatever the CPU, so a
+    test can know how many steps fit in a time window."""
+    import time
+
+    time.sleep(seconds)
     return [0.0] * len(completions)
 
 

@@ -179,20 +179,7 @@ def test_model_numbers_match_transformers_parameter_count(option):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     m = compose_cfg(f"model={option}").model
-    arch = {
-        k: m[k]
-        for k in (
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "vocab_size",
-            "tie_word_embeddings",
-            "max_position_embeddings",
-        )
-    }
+    arch = {k: m[k] for k in model_info.ARCH_KEYS}
     config = AutoConfig.for_model(m.model_type, **arch)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)

@@ -152,18 +152,22 @@ def test_a_stopped_driver_cancels_its_job(background_driver, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the driver's own timeout below, plus its teardown
 def test_a_job_at_its_time_limit_requeues_and_resumes_to_the_final_step(cli):
-    """time_min=2 with the warning 60 s before: SLURM signals each attempt 30-60 s in (its timer
-    ticks every 30 s); the ranks save, the job requeues itself and the next attempt resumes."""
-    steps = 1200  # about 0.07 s each on 2 cores: longer than one attempt
+    """time_min=3 with the warning 60 s before: SLURM signals each attempt 90-120 s in (its timer ticks
+    every 30 s); the ranks save, the job requeues itself and the next attempt resumes. A paced reward
+    (0.4 s a step) bounds the step rate whatever the CPU: after ~30 s of start-up an attempt trains
+    50-90 s, 100-200 steps, so 250 steps never fit in the first attempt and usually do in two."""
+    steps = 250
     result, run_dir = cli(
         *SLURM,
         f"trainer.max_steps={steps}",
-        "launcher.slurm.time_min=2",
+        "+data.rewards.paced._target_=tests.memory_hog.paced",
+        "launcher.slurm.time_min=3",
         "launcher.slurm.signal_delay_s=60",
         "launcher.slurm.max_requeues=6",
         "preemption.grace_s=20",
-        timeout=1200,
+        timeout=840,
     )
     summary = rundir.read_summary(run_dir)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + str(summary)
