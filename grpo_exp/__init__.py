@@ -22,6 +22,10 @@ def _shipped(name: str) -> Path:
 CONF_DIR = _shipped("conf")  # Hydra's primary config dir; a user's own adds with --config-dir
 SWEEPS_DIR = _shipped("sweeps")  # the +sweep= presets
 
+# The linear layers of a Llama/Qwen decoder layer: what peft's "all-linear" means there, and the adapters the
+# planner proposes when it suggests peft=lora.
+DECODER_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
 GIB = 2**30  # every memory figure grpo_exp reports is in GiB (2^30 bytes), named *_gib
 
 # The phases of a GRPO step, in order. Telemetry measures each; the planner models generate,

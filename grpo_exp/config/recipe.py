@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from grpo_exp import CONF_DIR, is_local_path
+from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path
 from grpo_exp.config import keys
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
@@ -46,15 +46,6 @@ REWARDS = {
     "think_format_reward": ("trl.rewards.think_format_reward", "TRL's own"),
 }
 OPEN_R1_DEFAULT_REWARDS = ["accuracy", "format", "tag_count"]
-LINEAR_LAYERS = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)  # peft's "all-linear" on Llama/Qwen
 OPEN_R1_KEYS = {
     "dataset_prompt_column",
     "system_prompt",
@@ -182,7 +173,7 @@ def _recipe_field(exp: Experiment, name: str, value) -> None:
     elif name == "use_peft":
         exp.groups["peft"] = "lora" if value else "none"
     elif name == "lora_target_modules":
-        exp.set("peft.target_modules", list(LINEAR_LAYERS) if value == "all-linear" else list(value), name)
+        exp.set("peft.target_modules", list(DECODER_LINEAR_LAYERS) if value == "all-linear" else list(value), name)
     elif name == "dataset_name":
         exp.groups["data"] = "hf"
         exp.set(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from grpo_exp import GIB
+from grpo_exp import DECODER_LINEAR_LAYERS, GIB
 
 # The planner's components in the groups a calibration file corrects (planning/calibration.py fits a
 # factor per group from measured runs; preflight.calibration applies them here).
@@ -161,9 +161,6 @@ class RoleEstimate:
             "phases_gib": {k: v / GIB for k, v in self.phases.items()},
             "notes": self.notes,
         }
-
-
-LORA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def quantized_bytes_per_weight(q) -> float:
@@ -626,7 +623,9 @@ def suggest(x: Inputs) -> list[dict]:
             f"deepspeed=zero{x.zero_stage}_offload",
         )
     if not x.lora_params:
-        lora = lora_params(x.hidden, x.heads * x.head_dim, x.kv_dim, x.intermediate, x.layers, x.vocab, 16, LORA_LINEAR)
+        lora = lora_params(
+            x.hidden, x.heads * x.head_dim, x.kv_dim, x.intermediate, x.layers, x.vocab, 16, DECODER_LINEAR_LAYERS
+        )
         add("peft", "lora", replace(x, lora_params=lora, ref_model=False), "peft=lora (r=16 on all linear layers)")
     if x.vllm_mode == "colocate":
         utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]
