@@ -342,6 +342,8 @@ def main() -> None:
     reused = reused_run_dir(run_dir) if run_dir is not None else None
     if reused:  # before Hydra writes its .hydra/ record into that run's dir
         _exit_invalid([*_session.unknown_keys, reused])
+    if not overrides.mode_needs_compose(argv):
+        _skip_mode_compose()
     try:
         run()
     except (HydraException, OmegaConfBaseException, ValueError, OverflowError) as exc:
@@ -359,6 +361,15 @@ def main() -> None:
             compare.print_table(compare.load_local(Path(sweep_dir)), title=f"sweep {sweep_dir}")
         sys.exit(0)
     sys.exit(_session.exit_codes[0] if _session.exit_codes else 0)  # --cfg, --help, --info: nothing ran
+
+
+def _skip_mode_compose() -> None:
+    """Hydra composes the config once to read hydra.mode, then again to run. When nothing on the
+    command line can set the mode (overrides.mode_needs_compose), -m alone decides: Hydra's own rule
+    for a mode it could not read (`hydra._internal.utils._run_app`), without the first compose."""
+    from hydra._internal.hydra import Hydra
+
+    Hydra.get_mode = lambda self, config_name, overrides: None
 
 
 def _exit_invalid(problems: list) -> None:

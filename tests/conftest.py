@@ -16,6 +16,23 @@ REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 register_configs()
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # make test runs two workers on 2 cores: one torch thread each
+    # (their training processes inherit it). Two processes with a thread per core each slow every op
+    # several-fold: torch's threads wait at each op's end for the one the other process holds.
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+# Session runs several tests read (below) and module-scoped runs: the tests that read one go to the
+# same xdist worker (make test's --dist loadgroup), so each run is made once, not once per worker.
+SHARED_RUNS = ("one_rank_run", "two_rank_run", "two_job_sweep", "stopped_run")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group into the test's id
+def pytest_collection_modifyitems(items):
+    for item in items:
+        shared = [name for name in SHARED_RUNS if name in item.fixturenames]
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(shared[0]))
+
 
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
@@ -86,6 +103,75 @@ def start_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = No
         env=driver_env(model_cache, **(env or {})),
         text=True,
         **popen,
+    )
+
+
+# --- runs many tests read ------------------------------------------------------------------------
+# Each training run costs seconds of start-up (driver, worker imports, W&B); a run several tests
+# can read is made once per session, on first use, and read-only after that.
+
+SECRETS = {
+    "WANDB_API_KEY": "marker-wandb-0f9e8d7c",
+    "HF_TOKEN": "hf_marker_1a2b3c4d",
+    "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b",
+}
+# GRPOConfig fields beyond grpo_exp's own YAML (test_e2e_config checks they reach the worker's GRPOConfig)
+EXTRA_FIELDS = (
+    "trainer.save_total_limit=2",
+    "trainer.epsilon_high=0.28",
+    "trainer.min_p=0.05",
+    "trainer.beta=0.04",
+    "trainer.sync_ref_model=true",
+)
+
+
+def _shared_run(tmp_path_factory, model_cache, name: str, *args: str, env: dict | None = None, multirun=False):
+    where = tmp_path_factory.mktemp(name)
+    run_dir = where / "run"
+    dir_key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    result = run_driver(where, model_cache, *(["-m"] if multirun else []), *args, f"{dir_key}={run_dir}", env=env)
+    return result, run_dir
+
+
+@pytest.fixture(scope="session")
+def two_rank_run(tmp_path_factory, model_cache):
+    """A real 2-rank DDP run with W&B offline and a reference model (beta > 0: the score phase runs),
+    2 steps: (CompletedProcess, run dir). test_e2e (DDP over gloo), test_e2e_memory (per-phase peaks
+    in every record) and test_dashboard (panels, quiet console, run report) read it."""
+    return _shared_run(
+        tmp_path_factory, model_cache, "two_rank", "logger.mode=offline", "trainer.max_steps=2", "trainer.beta=0.04"
+    )
+
+
+@pytest.fixture(scope="session")
+def one_rank_run(tmp_path_factory, model_cache):
+    """A real 1-process run with W&B offline, GRPOConfig fields beyond grpo_exp's YAML (EXTRA_FIELDS)
+    and secrets in its environment (SECRETS), 2 steps. test_e2e (one process), test_e2e_config (the
+    fields reach GRPOConfig) and test_nothing_lost (no secret in the run dir; the dir is one run's) read it."""
+    return _shared_run(
+        tmp_path_factory,
+        model_cache,
+        "one_rank",
+        "topology.cpu_procs=1",
+        "logger.mode=offline",
+        "trainer.max_steps=2",
+        *EXTRA_FIELDS,
+        env=SECRETS,
+    )
+
+
+@pytest.fixture(scope="session")
+def two_job_sweep(tmp_path_factory, model_cache):
+    """`-m trainer.num_generations=2,4`: two 1-step, 1-process jobs with W&B offline (sweep dir).
+    test_e2e (a multirun runs every job) and test_sweeps (one W&B group, swept values as keys) read it."""
+    return _shared_run(
+        tmp_path_factory,
+        model_cache,
+        "sweep",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=1",
+        "trainer.num_generations=2,4",
+        multirun=True,
     )
 
 

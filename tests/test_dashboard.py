@@ -15,19 +15,11 @@ NOT_ON_CPU = (*dashboard.GPU_STATS, "/vllm/", "weight_sync")
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory, model_cache):
-    """One real 2-rank run with W&B offline and a reference model (so the score phase runs)."""
-    tmp = tmp_path_factory.mktemp("dash")
-    result = run_driver(
-        tmp,
-        model_cache,
-        "logger.mode=offline",
-        "trainer.max_steps=2",
-        "trainer.beta=0.04",
-        f"hydra.run.dir={tmp / 'run'}",
-    )
+def cpu_run(two_rank_run):
+    """The session's real 2-rank run: W&B offline, a reference model (so the score phase runs)."""
+    result, run_dir = two_rank_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result, tmp / "run"
+    return result, run_dir
 
 
 def test_dry_run_spec_is_wandbs_own_model(tmp_path):
@@ -93,18 +85,7 @@ def test_report_of_an_oom():
     assert "OOM in phase reward on rank 1 (host): 8.00 GiB requested" in report.headline(summary)
 
 
-@pytest.mark.e2e
-def test_full_console_shows_everything(tmp_path, model_cache):
-    result = run_driver(
-        tmp_path,
-        model_cache,
-        "logger=none",
-        "topology.cpu_procs=1",
-        "trainer.max_steps=1",
-        "logger.console=full",
-        f"hydra.run.dir={tmp_path / 'run'}",
-    )
-    assert result.returncode == 0 and "'loss'" in result.stdout
+# logger.console=full (everything on the console): test_e2e_config.test_plain_text_prompts_train...
 
 
 def test_planning_sweep_ends_with_a_table_and_a_heatmap(tmp_path):

@@ -1,6 +1,7 @@
 """Real GRPO training of the tiny model through the CLI: one process, DDP, ZeRO-2/3, LoRA, a local
 GSM8K file, a multirun, a failing run and an interrupted one. Each asserts what the run dir says
-and what torch.distributed / the wrapped model were inside the run."""
+and what torch.distributed / the wrapped model were inside the run. The one-process, 2-rank and
+multirun runs are the session's shared ones (conftest.py), which other modules read too."""
 
 import json
 import os
@@ -41,8 +42,8 @@ def assert_planner_matches_model_states(summary: dict) -> None:
     assert abs(summary["plan_error/train/model_states_pct"]) < 5
 
 
-def test_default_single_process_with_wandb_offline(cli):
-    result, run_dir = cli("topology.cpu_procs=1", f"trainer.max_steps={STEPS}")
+def test_default_single_process_with_wandb_offline(one_rank_run):
+    result, run_dir = one_rank_run
     summary = assert_trained(result, run_dir)
     assert summary["runtime"]["world_size"] == 1
     assert summary["runtime"]["wrapper"] == "Qwen2ForCausalLM"
@@ -54,8 +55,8 @@ def test_default_single_process_with_wandb_offline(cli):
     assert "${" not in frozen and "bf16: false" in frozen
 
 
-def test_two_processes_real_ddp_over_gloo(cli):
-    result, run_dir = cli("logger=none", f"trainer.max_steps={STEPS}")
+def test_two_processes_real_ddp_over_gloo(two_rank_run):
+    result, run_dir = two_rank_run
     summary = assert_trained(result, run_dir)
     assert summary["runtime"]["world_size"] == 2
     assert summary["runtime"]["backend"] == "gloo"
@@ -122,14 +123,8 @@ def test_too_few_prompts_after_filtering_fail_the_run_instead_of_training_0_step
     assert "after loading and filtering holds 1 prompts, too few" in summary["error"]
 
 
-def test_multirun_sweeps_two_jobs(cli):
-    result, sweep_dir = cli(
-        "logger=none",
-        "topology.cpu_procs=1",
-        "trainer.max_steps=1",
-        "trainer.num_generations=2,4",
-        multirun=True,
-    )
+def test_multirun_sweeps_two_jobs(two_job_sweep):
+    result, sweep_dir = two_job_sweep
     assert result.returncode == 0, result.stderr[-3000:]
     for job, generations in (("0", 2), ("1", 4)):
         summary = rundir.read_summary(sweep_dir / job)
@@ -152,15 +147,15 @@ def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
     assert "training failed" in (run_dir / rundir.LOG).read_text()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
-def test_signal_to_driver_saves_a_checkpoint_and_ends_every_process(training_run, sig):
-    """A stopped run is preempted, not lost: both ranks agree on a step, save it, and end."""
+def test_signal_to_driver_saves_a_checkpoint_and_ends_every_process(training_run):
+    """A stopped run is preempted, not lost: both ranks agree on a step, save it, and end. One signal:
+    SIGTERM, SIGHUP, SIGUSR1/2 share one handler (launch.run_node) and Ctrl-C is Python's own."""
     driver, run_dir, processes = training_run
     ranks = [
         p for p in processes if "grpo_exp.training.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
     ]
     assert len(ranks) == 2  # plus torchrun's agent
-    driver.send_signal(sig)
+    driver.send_signal(signal.SIGTERM)
     assert driver.wait(timeout=90) == outcome.EXIT_PREEMPTED
     gone, alive = psutil.wait_procs(processes, timeout=30)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"

@@ -1,6 +1,7 @@
 """The whole config, for real: GRPOConfig fields beyond grpo_exp's own YAML reach the trainer the
-worker builds; a user's own model directory (model=auto) and own dataset files (data=hf, with their
-own column names) train; an extra column reaches a reward function."""
+worker builds (the session's one-process run, conftest.EXTRA_FIELDS); a user's own model directory
+(model=auto) and own dataset files (data=hf, with their own column names) train; an extra column
+reaches a reward function."""
 
 import json
 
@@ -8,16 +9,10 @@ import pytest
 
 from grpo_exp.core import rundir
 from grpo_exp.results import wandb_file
+from tests.conftest import EXTRA_FIELDS
 
 pytestmark = pytest.mark.e2e
 ONE_STEP = ("topology.cpu_procs=1", "trainer.max_steps=1")
-EXTRA_FIELDS = (
-    "trainer.save_total_limit=2",
-    "trainer.epsilon_high=0.28",
-    "trainer.min_p=0.05",
-    "trainer.beta=0.04",
-    "trainer.sync_ref_model=true",
-)
 
 
 def assert_completed(result, run_dir, steps=1) -> dict:
@@ -27,9 +22,9 @@ def assert_completed(result, run_dir, steps=1) -> dict:
     return summary
 
 
-def test_any_grpo_config_field_reaches_the_workers_grpo_config(cli):
-    result, run_dir = cli(*ONE_STEP, "logger=wandb", "logger.mode=offline", *EXTRA_FIELDS)
-    assert_completed(result, run_dir)
+def test_any_grpo_config_field_reaches_the_workers_grpo_config(one_rank_run):
+    result, run_dir = one_rank_run
+    assert_completed(result, run_dir, steps=2)
     # transformers' WandbCallback logs the GRPOConfig the worker built (args.to_dict()) into the run's config
     built = wandb_file.read_run(wandb_file.find_run_file(run_dir)).config
     assert (
@@ -84,7 +79,9 @@ def test_data_hf_trains_with_renamed_columns_and_rewards_get_every_column(cli, t
     assert "rewards/correctness/mean" in metrics[0] and "rewards/record_columns/mean" in metrics[0]
 
 
-def test_plain_text_prompts_train(cli, tmp_path):
+def test_plain_text_prompts_train_with_telemetry_off_and_the_full_console(cli, tmp_path):
+    """Raw-text prompts (no chat template); the same run has memory telemetry off (no memory/* logged)
+    and the full console (TRL's metric dicts on stdout, which the quiet default keeps in train.log)."""
     (tmp_path / "d.jsonl").write_text(
         "".join(json.dumps({"text": f"{a} plus {a} is", "answer": str(2 * a)}) + "\n" for a in range(16))
     )
@@ -95,6 +92,10 @@ def test_plain_text_prompts_train(cli, tmp_path):
         f"data.path={tmp_path / 'd.jsonl'}",
         "data.prompt_column=text",
         "data.conversational=false",
+        "memory.telemetry=false",
+        "logger.console=full",
     )
     assert_completed(result, run_dir)
     assert "columns ['prompt', 'answer']" in (run_dir / rundir.LOG).read_text()
+    assert not [k for m in rundir.read_metrics(run_dir) for k in m if k.startswith("memory/")]
+    assert "'loss'" in result.stdout

@@ -1,6 +1,7 @@
 """Long runs: a stopped run saves a checkpoint and ends `preempted`; `resume=<run dir>` continues it
 to the final step with every step logged once, one W&B run, and the same frozen config."""
 
+import shutil
 import signal
 import time
 
@@ -8,17 +9,20 @@ import pytest
 
 from grpo_exp.core import outcome, rundir
 from grpo_exp.results import wandb_file
-from tests.conftest import run_driver
+from tests.conftest import kill_all, run_driver, start_driver
 
 pytestmark = pytest.mark.e2e
 STEPS = 16
 
 
-@pytest.fixture
-def preempted(background_driver, tmp_path):
-    """A 1-rank run with W&B offline, saving every 4 steps, stopped by SIGTERM after step 6."""
-    run_dir = tmp_path / "run"
-    driver = background_driver(
+@pytest.fixture(scope="module")
+def stopped_run(tmp_path_factory, model_cache):
+    """A 1-rank run with W&B offline, saving every 4 steps, stopped by SIGTERM after step 6 (once per module)."""
+    where = tmp_path_factory.mktemp("stopped")
+    run_dir = where / "run"
+    driver = start_driver(
+        where,
+        model_cache,
         "topology.cpu_procs=1",
         "logger.mode=offline",
         f"trainer.max_steps={STEPS}",
@@ -26,12 +30,21 @@ def preempted(background_driver, tmp_path):
         "trainer.save_steps=4",
         f"hydra.run.dir={run_dir}",
     )
-    deadline = time.time() + 180
-    while len(rundir.read_metrics(run_dir)) < 6 and time.time() < deadline:
-        time.sleep(0.2)
-    driver.send_signal(signal.SIGTERM)
-    assert driver.wait(timeout=120) == outcome.EXIT_PREEMPTED, driver.stdout.read()[-3000:]
+    try:
+        deadline = time.time() + 180
+        while len(rundir.read_metrics(run_dir)) < 6 and time.time() < deadline:
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(timeout=120) == outcome.EXIT_PREEMPTED, driver.stdout.read()[-3000:]
+    finally:
+        kill_all([driver])
     return run_dir
+
+
+@pytest.fixture
+def preempted(stopped_run, tmp_path):
+    """This test's own copy of the stopped run (a resume changes the dir it continues)."""
+    return shutil.copytree(stopped_run, tmp_path / "run", symlinks=True)
 
 
 def test_preempted_run_resumes_to_the_final_step(preempted, model_cache, tmp_path):
@@ -62,8 +75,6 @@ def test_preempted_run_resumes_to_the_final_step(preempted, model_cache, tmp_pat
 
 
 def test_resume_without_a_checkpoint_starts_over_and_drops_the_logged_steps(preempted, model_cache, tmp_path):
-    import shutil
-
     run_dir = preempted
     shutil.rmtree(run_dir / rundir.CHECKPOINTS)
     result = run_driver(tmp_path, model_cache, f"resume={run_dir}", "trainer.max_steps=3")  # a resumable override

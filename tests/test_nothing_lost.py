@@ -16,13 +16,7 @@ import pytest
 from grpo_exp.__main__ import check
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import ports
-from tests.conftest import compose_cfg, run_driver, start_driver
-
-SECRETS = {
-    "WANDB_API_KEY": "marker-wandb-0f9e8d7c",
-    "HF_TOKEN": "hf_marker_1a2b3c4d",
-    "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b",
-}
+from tests.conftest import SECRETS, compose_cfg, run_driver, start_driver
 
 
 def md5(path: Path) -> str:
@@ -30,8 +24,9 @@ def md5(path: Path) -> str:
 
 
 @pytest.mark.e2e
-def test_a_run_dir_belongs_to_one_run(cli):
-    result, run_dir = cli("logger=none", "topology.cpu_procs=1", "trainer.max_steps=1")
+def test_a_run_dir_belongs_to_one_run(one_rank_run, tmp_path, model_cache):
+    """Another run started in the session's one-process run dir is refused before Hydra writes a byte."""
+    result, run_dir = one_rank_run
     assert result.returncode == 0, result.stderr[-2000:]
     before = {
         p: md5(p)
@@ -42,7 +37,7 @@ def test_a_run_dir_belongs_to_one_run(cli):
             run_dir / ".hydra" / "overrides.yaml",
         ]
     }
-    again, _ = cli("logger=none", "topology.cpu_procs=1", "trainer.max_steps=2", run_dir=run_dir)
+    again = run_driver(tmp_path, model_cache, "logger=none", "topology.cpu_procs=1", f"hydra.run.dir={run_dir}")
     assert again.returncode == 2 and "Traceback" not in again.stderr
     assert (
         "hydra.run.dir:" in again.stderr
@@ -144,9 +139,9 @@ def test_busy_master_port_stops_node_0_before_launch(tmp_path, held_port, backgr
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver, sig):
-    """submitit's local executor stands in for sbatch (tests/test_slurm_real.py has the real cluster)."""
+def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver):
+    """submitit's local executor stands in for sbatch (tests/test_slurm_real.py has the real cluster,
+    stopped by SIGTERM; here SIGHUP, a closed terminal: both take slurm.py's one handler)."""
     run_dir = tmp_path / "run"
     proc = background_driver(
         "logger=none",
@@ -162,7 +157,7 @@ def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver, si
         time.sleep(0.5)
     assert rundir.read_metrics(run_dir), "the job never logged a step"
     job_processes = psutil.Process(proc.pid).children(recursive=True)
-    proc.send_signal(sig)
+    proc.send_signal(signal.SIGHUP)
     assert proc.wait(timeout=120) in (outcome.EXIT_INTERRUPTED, outcome.EXIT_PREEMPTED)
     gone, alive = psutil.wait_procs(job_processes, timeout=60)
     assert not alive, f"left running: {[p.cmdline() for p in alive]}"
@@ -173,18 +168,9 @@ def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver, si
 
 
 @pytest.mark.e2e
-def test_secrets_never_land_in_the_run_dir(tmp_path, model_cache):
-    run_dir = tmp_path / "run"
-    result = run_driver(
-        tmp_path,
-        model_cache,
-        "logger=wandb",
-        "logger.mode=offline",
-        "topology.cpu_procs=1",
-        "trainer.max_steps=1",
-        f"hydra.run.dir={run_dir}",
-        env=SECRETS,
-    )
+def test_secrets_never_land_in_the_run_dir(one_rank_run):
+    """The session's one-process run had SECRETS in its environment and W&B offline."""
+    result, run_dir = one_rank_run
     assert result.returncode == 0, result.stderr[-2000:]
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.suffix == ".wandb" for p in files) and (run_dir / rundir.PLAN).is_file()

@@ -125,6 +125,17 @@ def test_action_plan_writes_plan_json_for_a_cluster_on_this_machine(cli):
     assert not (run_dir / "train.log").exists() and not (run_dir / "summary.json").exists()  # nothing launched
 
 
+def test_a_large_cluster_is_summarised_on_the_console_and_listed_in_full_in_the_plan():
+    cfg = compose_cfg("model=qwen72b", "topology=4x8", "topology.nnodes=512", "vllm=server", "action=plan")
+    plan = placement.make_plan(cfg, "/run/config.yaml", detected_gpus=0)
+    assert len(plan.nodes) == 512 and plan.nodes[511].commands["train"] != plan.nodes[510].commands["train"]
+    shown = placement.describe(plan).splitlines()
+    assert len(shown) == 7 and shown[-1] == "  nodes 2..511: the same as node 1, each with its own --node-rank"
+    assert "node 0: 7 training process(es) on GPUs 1,2,3,4,5,6,7, vLLM server on GPUs 0" in shown[1]
+    small = placement.describe(placement.make_plan(compose_cfg("model=qwen7b", "topology=2x8"), "/c", detected_gpus=0))
+    assert "node 1: 8 training process(es)" in small and "the same as" not in small  # two nodes: both in full
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [

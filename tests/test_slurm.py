@@ -56,6 +56,9 @@ def test_sbatch_script_for_2x8_with_vllm_server(fake_slurm, tmp_path):
         "#SBATCH --cpus-per-task=16",
         "#SBATCH --exclusive",
         "#SBATCH --job-name=grpo_exp-default",
+        # the time-limit warning SLURM sends every process of the job (test_slurm_real sends it by hand)
+        f"#SBATCH --signal=USR2@{cfg.launcher.slurm.signal_delay_s}",
+        "#SBATCH --requeue",
     ):
         assert line in script, f"{line} missing from:\n{script}"
     assert "srun" in script and "submitit" in script  # each task unpickles and runs slurm.node_task

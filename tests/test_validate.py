@@ -13,7 +13,7 @@ from grpo_exp.__main__ import check, deepspeed_override
 from grpo_exp.config import deepspeed_check, errors, model_info
 from grpo_exp.config.checks import reward_columns
 from grpo_exp.launching import data_files as data
-from tests.conftest import compose_cfg
+from tests.conftest import CONF, REPO, compose_cfg
 
 
 def problems_for(*overrides: str, gpus: int = 0):
@@ -401,6 +401,23 @@ def test_lora_targets_checked_against_the_real_layers(saved_models):
 
 
 # --- DeepSpeed's own config models --------------------------------------------------------------------
+
+
+def test_shipped_deepspeed_options_pass_deepspeeds_models_and_plan_without_deepspeed():
+    """The driver skips DeepSpeed's models for a shipped option's sections: this is where they are checked."""
+    import subprocess
+    import sys
+
+    shipped = deepspeed_check.shipped_sections()
+    assert len(shipped) == len(list((CONF / "deepspeed").glob("*.yaml"))) and any(shipped)
+    for sections in shipped:
+        assert deepspeed_check.model_problems(sections) == [], sections
+    code = (
+        "import sys; from tests.conftest import compose_cfg; from grpo_exp.config import checks; "
+        "assert checks.check(compose_cfg('deepspeed=zero3_offload')) == []; print('deepspeed' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
 
 
 def test_deepspeed_keys_checked_by_deepspeed():

@@ -7,13 +7,16 @@ the trainer config before DeepSpeed sees them. Other top-level keys DeepSpeed re
 dict.get(), so a misspelt one is silently ignored; one that is a near-miss of a key DeepSpeed
 knows (`zero_optimisation`) is reported.
 
-Imports deepspeed (which imports torch, ~2 s): config/checks.py calls this only when the group is used.
+Importing deepspeed imports torch (~3 s on 2 cores, most of a 512-node plan), so the models run only
+on sections that differ from every shipped option (conf/deepspeed/*.yaml): those are checked against
+DeepSpeed's models by tests/test_validate.py, and `deepspeed=zero3` plans without importing deepspeed.
 """
 
 import difflib
+import functools
 import os
 
-from grpo_exp import Problem
+from grpo_exp import CONF_DIR, Problem
 
 # Top-level sections DeepSpeed reads (deepspeed/runtime/config.py); used only to catch near-misses.
 KNOWN_TOP_LEVEL = (
@@ -109,27 +112,30 @@ def _model_problems(section: str, model, values) -> list[Problem]:
     return []
 
 
-def problems(ds: dict) -> list[Problem]:
-    # deepspeed picks an accelerator when imported, and on a machine without a GPU it warns that it
-    # fell back to the CPU. The driver only reads config models: name one for the import alone, so
-    # the console stays clean and no worker inherits the choice.
-    preset = os.environ.get("DS_ACCELERATOR")
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
-        from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
-        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-    finally:
-        if preset is None:
-            os.environ.pop("DS_ACCELERATOR", None)
+MODEL_SECTIONS = ("zero_optimization", "bf16", "fp16")  # the sections DeepSpeed checks with pydantic models
 
-    out = []
-    for section, model in (
-        ("zero_optimization", DeepSpeedZeroConfig),
-        ("bf16", DeepSpeedBF16Config),
-        ("fp16", DeepSpeedFP16Config),
-    ):
-        if section in ds:
-            out += _model_problems(section, model, ds[section])
+
+@functools.cache
+def shipped_sections() -> tuple[dict, ...]:
+    """The model-checked sections of each shipped deepspeed option, as composing it gives them."""
+    options = (_option(p.stem) for p in sorted((CONF_DIR / "deepspeed").glob("*.yaml")))
+    return tuple({s: o[s] for s in MODEL_SECTIONS if s in o} for o in options)
+
+
+def _option(name: str) -> dict:
+    """conf/deepspeed/<name>.yaml with its defaults list applied (the options extend each other:
+    zero3_offload is zero3 plus offload blocks), without Hydra: the driver is inside Hydra's app."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(CONF_DIR / "deepspeed" / f"{name}.yaml")
+    defaults = list(node.pop("defaults", None) or ["_self_"])
+    parts = [node if entry == "_self_" else OmegaConf.create(_option(entry)) for entry in defaults]
+    return OmegaConf.to_container(OmegaConf.merge(*parts)) or {}
+
+
+def problems(ds: dict) -> list[Problem]:
+    sections = {s: ds[s] for s in MODEL_SECTIONS if s in ds}
+    out = [] if sections in shipped_sections() else model_problems(sections)
     for key in ds:
         if key in KNOWN_TOP_LEVEL:
             continue
@@ -143,6 +149,24 @@ def problems(ds: dict) -> list[Problem]:
                 )
             )
     return out
+
+
+def model_problems(sections: dict) -> list[Problem]:
+    """`sections` (zero_optimization, bf16, fp16) through DeepSpeed's own pydantic models."""
+    # deepspeed picks an accelerator when imported, and on a machine without a GPU it warns that it
+    # fell back to the CPU. The driver only reads config models: name one for the import alone, so
+    # the console stays clean and no worker inherits the choice.
+    preset = os.environ.get("DS_ACCELERATOR")
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    finally:
+        if preset is None:
+            os.environ.pop("DS_ACCELERATOR", None)
+
+    models = {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config}
+    return [p for section, values in sections.items() for p in _model_problems(section, models[section], values)]
 
 
 # DeepSpeed keys transformers' integration fills from (and compares with) the trainer config

@@ -17,8 +17,9 @@ import shlex
 import shutil
 import sys
 from dataclasses import asdict, dataclass, field
+from types import SimpleNamespace
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 WORKER = ["-m", "grpo_exp.training.worker"]
 
@@ -51,7 +52,9 @@ def gpus_per_node(cfg: DictConfig, detected: int) -> int:
 
 def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
     """The plan for `cfg`; `detected_gpus` matters only where the topology does not say."""
-    topo, vllm = cfg.topology, cfg.vllm
+    # Plain values, resolved once: a config node resolves its interpolations (master_addr, ...) on every
+    # read, and a 512-node plan reads them per node.
+    topo, vllm = SimpleNamespace(**OmegaConf.to_container(cfg.topology, resolve=True)), cfg.vllm
     gpus = gpus_per_node(cfg, detected_gpus)
     server = vllm.mode == "server" and (gpus > 0 or vllm.standin is not None)
     dedicated = vllm.nodes if server else 0  # serving nodes, the last ones
@@ -69,9 +72,9 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
         nodes.append(NodePlan(node_rank, procs, train_gpus, vllm_gpus))
     world_size = sum(n.train_procs for n in nodes)
     for node in nodes:
-        node.env = _env(cfg, node)
+        node.env = _env(topo, node)
         if node.train_procs:
-            node.commands["train"] = train_command(cfg, node, config_path, training_nodes=topo.nnodes - dedicated)
+            node.commands["train"] = train_command(topo, node, config_path, training_nodes=topo.nnodes - dedicated)
         if node.vllm_gpus or (server and node.node_rank == serving_node):
             node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)))
     return Plan(
@@ -121,8 +124,7 @@ def bind_address(cfg: DictConfig) -> str:
     return "127.0.0.1" if cfg.topology.nnodes == 1 else str(cfg.topology.master_addr)
 
 
-def _env(cfg: DictConfig, node: NodePlan) -> dict[str, dict[str, str]]:
-    topo = cfg.topology
+def _env(topo: SimpleNamespace, node: NodePlan) -> dict[str, dict[str, str]]:
     train = {
         "MASTER_ADDR": str(topo.master_addr),
         "MASTER_PORT": str(topo.master_port),
@@ -141,8 +143,7 @@ def _env(cfg: DictConfig, node: NodePlan) -> dict[str, dict[str, str]]:
     return env
 
 
-def train_command(cfg: DictConfig, node: NodePlan, config_path: str, training_nodes: int) -> list[str]:
-    topo = cfg.topology
+def train_command(topo: SimpleNamespace, node: NodePlan, config_path: str, training_nodes: int) -> list[str]:
     if training_nodes == 1 and node.train_procs == 1:
         return [sys.executable, *WORKER, config_path]
     run = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={node.train_procs}"]
@@ -163,21 +164,47 @@ def train_command(cfg: DictConfig, node: NodePlan, config_path: str, training_no
 
 
 def describe(plan: Plan) -> str:
-    """The plan as a short readable table (printed by action=plan)."""
+    """The plan as a short readable table (printed by action=plan, and before a launch). A run of
+    nodes that differ only in their --node-rank is one line after its first node: a 512-node plan
+    prints a few lines, not 512 commands (plan.json keeps every node)."""
     lines = [f"world size {plan.world_size} ({plan.device}), {len(plan.nodes)} node(s) x {plan.gpus_per_node} GPU(s)"]
-    for n in plan.nodes:
-        gpus = f"GPUs {_span(n.train_gpus)}" if n.train_gpus else "CPU"
-        vllm = f", vLLM server on GPUs {_span(n.vllm_gpus)}" if n.vllm_gpus else ""
-        role = (
-            f"serving only: vLLM on GPUs {_span(n.vllm_gpus)}"
-            if not n.train_procs
-            else f"{n.train_procs} training process(es) on {gpus}{vllm}"
-        )
-        lines.append(f"  node {n.node_rank}: {role}")
-        for role, argv in n.commands.items():
-            env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k == "CUDA_VISIBLE_DEVICES")
-            lines.append(f"    {role}: {env + ' ' if env else ''}{' '.join(argv)}")
+    i = 0
+    while i < len(plan.nodes):
+        first = plan.nodes[i]
+        same = i + 1
+        while same < len(plan.nodes) and _shape(plan.nodes[same]) == _shape(first):
+            same += 1
+        lines += _node_lines(first)
+        if same - i > 2:
+            lines.append(
+                f"  nodes {i + 1}..{same - 1}: the same as node {first.node_rank}, each with its own --node-rank"
+            )
+            i = same
+        else:
+            i += 1
     return "\n".join(lines)
+
+
+def _node_lines(n: NodePlan) -> list[str]:
+    gpus = f"GPUs {_span(n.train_gpus)}" if n.train_gpus else "CPU"
+    vllm = f", vLLM server on GPUs {_span(n.vllm_gpus)}" if n.vllm_gpus else ""
+    role = (
+        f"serving only: vLLM on GPUs {_span(n.vllm_gpus)}"
+        if not n.train_procs
+        else f"{n.train_procs} training process(es) on {gpus}{vllm}"
+    )
+    lines = [f"  node {n.node_rank}: {role}"]
+    for role, argv in n.commands.items():
+        env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k == "CUDA_VISIBLE_DEVICES")
+        lines.append(f"    {role}: {env + ' ' if env else ''}{' '.join(argv)}")
+    return lines
+
+
+def _shape(n: NodePlan) -> tuple:
+    """What a node runs, its rank left out."""
+    rank = f"--node-rank={n.node_rank}"
+    commands = {role: [a for a in argv if a != rank] for role, argv in n.commands.items()}
+    return n.train_procs, n.train_gpus, n.vllm_gpus, str(commands)
 
 
 def _span(ids: list[int]) -> str:
