@@ -3,11 +3,12 @@
 #   make test   set up .venv and run the test suite (what CI runs)
 #   make test-fast  the edit-test loop: no training processes, no exhaustive matrices, on every core
 #   make lint   ruff with the project's configuration (pyproject.toml)
+#   make coverage  make test with line coverage (every process the tests start)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test test-fast lint setup clean
+.PHONY: demo test test-fast coverage lint setup clean
 
 setup: $(VENV)/.installed
 
@@ -35,6 +36,10 @@ test: setup lint
 # test-fast spreads over every core: no training processes, no exhaustive matrices.
 test-fast: setup
 	$(PY) -m pytest -m "not e2e and not slow" -q -n auto
+
+# Line coverage of make test, subprocesses included (.coveragerc); slower than make test.
+coverage: setup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=term:skip-covered
 
 lint: setup
 	$(PY) -m ruff check .

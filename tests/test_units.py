@@ -150,3 +150,29 @@ def test_the_html_report_is_richs_export_of_the_table_with_the_heatmap_inlined(t
     page = compare.html_report(runs, png, tmp_path / "r.html", "sweep x").read_text()
     assert page.startswith("<!doctype html>") and "<title>sweep x</title>" in page and "data:image/png;base64," in page
     assert "trainer.num_generations" in page and page.count("completed") == 3 and "oom" in page
+
+
+def test_wandb_starts_beside_the_trainer_build_and_its_failure_reaches_the_worker(tmp_path, monkeypatch):
+    """tracking.start returns at once (wandb.init runs in a thread); ready() joins it and raises what
+    init raised, in the worker's thread; finish() after a failed init has nothing to finish."""
+    import threading
+
+    import wandb
+
+    from grpo_exp.training import tracking
+
+    release = threading.Event()
+
+    def init(**kwargs):
+        release.wait(timeout=10)
+        raise RuntimeError(f"no W&B for {kwargs['id']}")
+
+    monkeypatch.setattr(wandb, "init", init)
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "overrides.yaml").write_text("[]\n")
+    tracker = tracking.start(compose_cfg("logger.mode=offline"), tmp_path)
+    assert tracker.run is None  # not waited for: init is still blocked
+    release.set()
+    with pytest.raises(RuntimeError, match="no W&B for"):
+        tracker.ready()
+    tracker.finish({"status": "failed"}, 1)

@@ -1,12 +1,16 @@
-"""Experiment tracking: W&B, or a null tracker with the same two calls (`start`, `finish`).
+"""Experiment tracking: W&B, or a null tracker with the same calls (`start`, `ready`, `finish`).
 
-The W&B run is created here, on rank 0, before the trainer: transformers' WandbCallback then logs
+The W&B run is created here, on rank 0, before training: transformers' WandbCallback then logs
 into this run instead of creating its own, so the run carries our config, tags and group.
+`wandb.init` mostly waits (its service process starting, the run being set up: ~1 s of a short
+run's start on 2 cores), so it runs in a thread while the worker builds the trainer; `ready()`
+joins it before training starts.
 """
 
 import netrc
 import os
 import secrets
+import threading
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -16,6 +20,9 @@ from grpo_exp.core import rundir
 
 
 class NullTracker:
+    def ready(self) -> None:
+        pass
+
     def finish(self, summary: dict, exit_code: int) -> None:
         pass
 
@@ -74,7 +81,7 @@ class WandbTracker:
         id_file = run_dir / rundir.WANDB_ID
         run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)  # W&B ids: [a-z0-9]+
         id_file.write_text(run_id + "\n")
-        self.run = wandb.init(
+        init = dict(
             id=run_id,
             resume="allow",
             project=cfg.logger.project,
@@ -86,8 +93,26 @@ class WandbTracker:
             config=config,
             tags=run_tags(cfg),
         )
+        self.run, self._error = None, None
+        self._thread = threading.Thread(target=self._init, args=(wandb, init), name="wandb-init", daemon=True)
+        self._thread.start()
+
+    def _init(self, wandb, init: dict) -> None:
+        try:
+            self.run = wandb.init(**init)
+        except BaseException as exc:  # raised again by ready(), in the worker's own thread
+            self._error = exc
+
+    def ready(self) -> None:
+        """The W&B run exists (WandbCallback logs into it from the first step on)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
     def finish(self, summary: dict, exit_code: int) -> None:
+        self._thread.join()
+        if self.run is None:  # wandb.init failed: the run's record says why (ready() raised it)
+            return
         self.run.summary.update(summary)
         self.run.finish(exit_code=exit_code)
 

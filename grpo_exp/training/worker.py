@@ -293,6 +293,7 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
             callbacks=[state.callback, preemption.callback(state.world_size)],
         )
         _check_placement(trainer)
+        state.tracker.ready()
         if state.phases is not None:
             state.peaks = telemetry.instrument(trainer, state.phases)
             state.meter = telemetry.ModelStateMeter(trainer.model)
