@@ -40,7 +40,8 @@ def main() -> None:
         train_dataset=prompts(spec["num_samples"], spec["seed"], spec["system_prompt"]),
         processing_class=tokenizer,
     )
-    trainer.train()
+    result = trainer.train()
+    print(json.dumps({"train_runtime_s": result.metrics["train_runtime"]}))  # benchmarks/startup.py reads it
 
 
 if __name__ == "__main__":

@@ -53,13 +53,13 @@ def plain_spec(overrides: list[str], out: Path) -> dict:
     }
 
 
-def timed(command: list[str], env: dict) -> float:
+def timed(command: list[str], env: dict) -> tuple[float, str]:
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(command)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-    return elapsed
+    return elapsed, done.stdout
 
 
 def main() -> None:
@@ -76,20 +76,27 @@ def main() -> None:
         os.environ.update(GRPO_EXP_CACHE=env["GRPO_EXP_CACHE"])
         spec = tmp / "spec.json"
         spec.write_text(json.dumps(plain_spec(overrides, tmp / "plain_out")))
-        plain_cmd = [sys.executable, str(HERE / "plain_trl.py"), str(spec)]
-        plain, ours = [], []
+        plain, ours = [], []  # (wall s, of which trainer.train() s), per round
         for i in range(args.runs):
-            ours_cmd = [sys.executable, "-m", "grpo_exp", *overrides, f"hydra.run.dir={tmp}/run{i}"]
-            sides = [(plain, plain_cmd), (ours, ours_cmd)]
-            for times, command in sides if i % 2 == 0 else sides[::-1]:
-                times.append(timed(command, env))
+            for side in ("plain", "ours") if i % 2 == 0 else ("ours", "plain"):
+                if side == "plain":
+                    wall, out = timed([sys.executable, str(HERE / "plain_trl.py"), str(spec)], env)
+                    plain.append((wall, json.loads(out.strip().splitlines()[-1])["train_runtime_s"]))
+                else:
+                    run_dir = tmp / f"run{i}"
+                    wall, _ = timed([sys.executable, "-m", "grpo_exp", *overrides, f"hydra.run.dir={run_dir}"], env)
+                    ours.append((wall, json.loads((run_dir / "summary.json").read_text())["train_runtime_s"]))
             print(
-                f"round {i + 1}: plain TRL {plain[-1]:.2f} s, grpo_exp {ours[-1]:.2f} s ({ours[-1] / plain[-1]:.2f}x)"
+                f"round {i + 1}: plain TRL {plain[-1][0]:.2f} s (in trainer.train() {plain[-1][1]:.2f} s), "
+                f"grpo_exp {ours[-1][0]:.2f} s (in trainer.train() {ours[-1][1]:.2f} s): {ours[-1][0] / plain[-1][0]:.2f}x"
             )
-    ratios = [o / p for o, p in zip(ours, plain, strict=True)]
+    ratios = [o[0] / p[0] for o, p in zip(ours, plain, strict=True)]
+    outside = [(o[0] - o[1]) - (p[0] - p[1]) for o, p in zip(ours, plain, strict=True)]
     print(
-        f"plain TRL median {statistics.median(plain):.2f} s, grpo_exp median {statistics.median(ours):.2f} s; "
-        f"median paired ratio {statistics.median(ratios):.2f}x over {args.runs} rounds ({' '.join(overrides)})"
+        f"plain TRL median {statistics.median(w for w, _ in plain):.2f} s, grpo_exp median "
+        f"{statistics.median(w for w, _ in ours):.2f} s; median paired ratio {statistics.median(ratios):.2f}x over "
+        f"{args.runs} rounds ({' '.join(overrides)}); time outside trainer.train(), grpo_exp minus plain: median "
+        f"{statistics.median(outside):+.2f} s"
     )
 
 

@@ -7,6 +7,7 @@ composition, so the rest of the config is still checked in the same report.
 """
 
 import dataclasses
+import sys
 import typing
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -106,8 +107,8 @@ def _allows(path: list[str], kind=Config) -> bool:
 
 
 def unknown(items: list[str]) -> dict[str, Problem]:
-    """{override: its Problem} for each override naming a key the schema lacks, no key, or a group
-    given no option name."""
+    """{override: its Problem} for each override naming a key the schema lacks, no key, a group given
+    no option name, or a number no float holds (which Hydra parses as an int)."""
     found = {}
     for item in items:
         override = _parse_one(item)
@@ -124,4 +125,13 @@ def unknown(items: list[str]) -> dict[str, Problem]:
             )
         elif _is_key(override) and not key.startswith("deepspeed.") and not _allows(key.split(".")):
             found[item] = unknown_key(key)
+        elif _beyond_float(override):  # composing would raise a bare OverflowError that does not name the key
+            found[item] = Problem(key, "is too large for a number", "give a value below 1e308")
     return found
+
+
+def _beyond_float(override: Override) -> bool:
+    if override.is_delete() or override.is_sweep_override():
+        return False
+    value = override.value()
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max
