@@ -88,7 +88,8 @@ def main() -> None:
                     ours.append((wall, json.loads((run_dir / "summary.json").read_text())["train_runtime_s"]))
             print(
                 f"round {i + 1}: plain TRL {plain[-1][0]:.2f} s (in trainer.train() {plain[-1][1]:.2f} s), "
-                f"grpo_exp {ours[-1][0]:.2f} s (in trainer.train() {ours[-1][1]:.2f} s): {ours[-1][0] / plain[-1][0]:.2f}x"
+                f"grpo_exp {ours[-1][0]:.2f} s (in trainer.train() {ours[-1][1]:.2f} s): "
+                f"{ours[-1][0] / plain[-1][0]:.2f}x"
             )
     ratios = [o[0] / p[0] for o, p in zip(ours, plain, strict=True)]
     outside = [(o[0] - o[1]) - (p[0] - p[1]) for o, p in zip(ours, plain, strict=True)]

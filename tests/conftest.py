@@ -26,12 +26,26 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # make test runs two workers on 2 cor
 SHARED_RUNS = ("one_rank_run", "two_rank_run", "two_job_sweep", "stopped_run")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group into the test's id
-def pytest_collection_modifyitems(items):
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
     for item in items:
         shared = [name for name in SHARED_RUNS if name in item.fixturenames]
         if shared:
             item.add_marker(pytest.mark.xdist_group(shared[0]))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        _mark_groups_in_test_ids(items)
+
+
+def _mark_groups_in_test_ids(items) -> None:
+    """xdist's loadgroup scheduler reads a test's group from an `@<group>` suffix of its id, which
+    xdist 3.8 writes into `item._nodeid`; pytest 9 builds the id from `item._id`, so the suffix never
+    arrived and every group was scattered over the workers. Written where pytest 9 reads it."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        groups = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 def group_options(group: str) -> list[str]:

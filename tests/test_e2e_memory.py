@@ -60,13 +60,14 @@ def test_forced_oom_on_one_rank_is_a_result(cli):
 
 
 def test_on_oom_fit_turns_a_predicted_oom_into_a_run_that_completes(cli, tmp_path):
-    """2048 completions per micro-batch under a 3 GiB cap: predicted OOM, and it does run out of
-    memory when run anyway; preflight.on_oom=fit keeps 2048 per optimizer step (512 x 4) and completes."""
+    """512 completions per micro-batch under a 2 GiB cap (one process: no gloo, which needs more):
+    predicted OOM, and it does run out of memory when run anyway; preflight.on_oom=fit keeps 512 per
+    optimizer step in smaller micro-batches and completes."""
     big = [
-        "trainer.per_device_train_batch_size=2048",
+        "trainer.per_device_train_batch_size=512",
         "trainer.num_generations=4",
         "topology.cpu_procs=1",
-        "memory.limit_gib=3",
+        "memory.limit_gib=2",
         "data.num_samples=1024",
         "trainer.max_steps=1",
         "logger=none",
@@ -78,8 +79,8 @@ def test_on_oom_fit_turns_a_predicted_oom_into_a_run_that_completes(cli, tmp_pat
     summary = rundir.read_summary(run_dir)
     assert summary["status"] == "completed" and summary["global_step"] == 1
     trainer = rundir.load_config(run_dir / rundir.CONFIG).trainer
-    assert trainer.per_device_train_batch_size * trainer.gradient_accumulation_steps == 2048
-    assert trainer.per_device_train_batch_size < 2048
+    assert trainer.per_device_train_batch_size * trainer.gradient_accumulation_steps == 512
+    assert trainer.per_device_train_batch_size < 512
     assert {c["key"] for c in summary["preflight_fit"]} == {
         "trainer.per_device_train_batch_size",
         "trainer.gradient_accumulation_steps",

@@ -189,17 +189,18 @@ FUZZ_VALUES = [
 
 
 @pytest.mark.slow
-def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(tmp_path):
+@pytest.mark.parametrize("seed", [0, 1, 2])  # 3 x 100: make test's workers share them
+def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(seed, tmp_path):
     """300 seeded random configs over every settable trainer and vllm key: the driver either reports
     problems (naming keys) or accepts, and whatever it accepts GRPOConfig builds."""
-    rng = random.Random(0)
+    rng = random.Random(seed)
     schema = OmegaConf.to_container(compose_cfg(), resolve=True)
     in_process_only = {"trainer.ddp_backend"}  # GRPOConfig initialises that process group when built: a worker's job
     settable = [f"trainer.{k}" for k in schema["trainer"] if f"trainer.{k}" not in in_process_only] + [
         f"vllm.{k}" for k in schema["vllm"]
     ]
     accepted = 0
-    for _ in range(300):
+    for _ in range(100):
         items = [f"{key}={rng.choice(FUZZ_VALUES)}" for key in rng.sample(settable, rng.randint(1, 3))]
         text, cfg = report(*items)
         if not text and cfg is not None:
@@ -208,7 +209,7 @@ def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(tmp_p
                 _grpo_config_accepts(cfg, tmp_path)
             except Exception as exc:  # the driver accepted what TRL refuses: a gap in the checks
                 pytest.fail(f"{items}: accepted by the driver, refused by GRPOConfig: {exc}")
-    assert accepted > 20  # the draw also exercises valid configs
+    assert accepted > 5  # the draw also exercises valid configs
 
 
 # --- every trainer field set on the command line is what GRPOConfig holds ----------------------------

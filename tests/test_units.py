@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import launch
 from grpo_exp.training import data, rewards
-from tests.conftest import compose_cfg
+from tests.conftest import REPO, compose_cfg
 
 
 @pytest.mark.parametrize(
@@ -176,3 +176,25 @@ def test_wandb_starts_beside_the_trainer_build_and_its_failure_reaches_the_worke
     with pytest.raises(RuntimeError, match="no W&B for"):
         tracker.ready()
     tracker.finish({"status": "failed"}, 1)
+
+
+def test_workers_that_do_not_quantize_never_import_bitsandbytes():
+    """Its import loads torch._inductor (~1.2 s of each worker's start); a quantized model or an 8-bit
+    optimizer keeps it (test_quantized_vision_eval trains QLoRA for real)."""
+    import subprocess
+    import sys
+
+    from grpo_exp.training import build
+
+    code = (
+        "import sys; from tests.conftest import compose_cfg; from grpo_exp.training import build; "
+        "hidden = build.hide_unused_bitsandbytes(compose_cfg()); from trl import GRPOTrainer; "
+        "from transformers.utils import is_bitsandbytes_available; "
+        "print(hidden, sys.modules['bitsandbytes'] is None, is_bitsandbytes_available())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert out.stdout.split() == ["True", "True", "False"], out.stderr[-2000:]
+    before = sys.modules.get("bitsandbytes", "absent")
+    assert not build.hide_unused_bitsandbytes(compose_cfg("peft=qlora"))
+    assert not build.hide_unused_bitsandbytes(compose_cfg("trainer.optim=paged_adamw_8bit"))
+    assert sys.modules.get("bitsandbytes", "absent") is before
