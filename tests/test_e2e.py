@@ -74,22 +74,14 @@ def test_deepspeed_zero_on_two_processes(cli, stage):
     assert summary["runtime"]["trainable_parameters"] == 107072  # ZeRO-3 shards still count whole
 
 
-def test_lora_trains_only_adapters(cli):
-    result, run_dir = cli(
-        "logger=none", "peft=lora", "topology.cpu_procs=1", f"trainer.max_steps={STEPS}", "trainer.beta=0.04"
-    )
-    summary = assert_trained(result, run_dir)
-    runtime = summary["runtime"]
-    assert runtime["wrapper"].startswith("PeftModel")
-    # r=16 adapters on 7 linear layers x 2 layers of the tiny Qwen2: 32768 trainable parameters.
-    assert runtime["trainable_parameters"] == 32768
-    assert runtime["parameters"] == 107072 + 32768
-
-
-def test_gsm8k_from_local_file_drops_long_prompts(cli):
+def test_lora_trains_only_adapters_on_a_local_gsm8k_file_without_its_long_prompts(cli):
+    """Two features, one run: LoRA adapters (with a reference model: beta > 0) and GSM8K read from a
+    local file, whose prompts above data.max_prompt_length are dropped."""
     fixture = os.path.join(os.path.dirname(__file__), "fixtures", "gsm8k_sample.jsonl")
     result, run_dir = cli(
         "logger=none",
+        "peft=lora",
+        "trainer.beta=0.04",
         "data=gsm8k",
         f"data.path={fixture}",
         "data.max_prompt_length=200",
@@ -98,7 +90,12 @@ def test_gsm8k_from_local_file_drops_long_prompts(cli):
         "trainer.num_generations=2",
         f"trainer.max_steps={STEPS}",
     )
-    assert_trained(result, run_dir)
+    summary = assert_trained(result, run_dir)
+    runtime = summary["runtime"]
+    assert runtime["wrapper"].startswith("PeftModel")
+    # r=16 adapters on 7 linear layers x 2 layers of the tiny Qwen2: 32768 trainable parameters.
+    assert runtime["trainable_parameters"] == 32768
+    assert runtime["parameters"] == 107072 + 32768
     log = (run_dir / rundir.LOG).read_text()
     assert "data.max_prompt_length=200: dropped" in log
     dropped = int(log.split("data.max_prompt_length=200: dropped ")[1].split()[0])

@@ -52,14 +52,13 @@ def test_model_auto_trains_a_local_mistral(cli, saved_models):
     assert json.loads((run_dir / rundir.PLAN).read_text())["train"]["peak_gib"] > 0
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "csv", "save_to_disk"])
-def test_data_hf_trains_with_renamed_columns_and_rewards_get_every_column(cli, tmp_path, fmt):
+def test_data_hf_trains_with_renamed_columns_and_rewards_get_every_column(cli, tmp_path):
+    """A parquet file (test_units reads every format data=hf takes with the worker's own loader)."""
     from datasets import Dataset
 
     rows = [{"question": f"What is {a} + {a}?", "solution": str(2 * a), "level": a % 3} for a in range(32)]
-    ds = Dataset.from_list(rows)
-    path = {"parquet": tmp_path / "d.parquet", "csv": tmp_path / "d.csv", "save_to_disk": tmp_path / "saved"}[fmt]
-    {"parquet": ds.to_parquet, "csv": lambda p: ds.to_csv(p, index=False), "save_to_disk": ds.save_to_disk}[fmt](path)
+    path = tmp_path / "d.parquet"
+    Dataset.from_list(rows).to_parquet(path)
     seen = tmp_path / "seen.jsonl"
     result, run_dir = cli(
         *ONE_STEP,
