@@ -202,6 +202,7 @@ def test_wandb_starts_beside_the_trainer_build_and_its_failure_reaches_the_worke
     tracker.finish({"status": "failed"}, 1)
 
 
+@pytest.mark.slow  # a subprocess importing trl: ~6 s of make test-fast's budget
 def test_workers_that_do_not_quantize_never_import_bitsandbytes():
     """Its import loads torch._inductor (~1.2 s of each worker's start); a quantized model or an 8-bit
     optimizer keeps it (test_quantized_vision_eval trains QLoRA for real)."""
