@@ -369,6 +369,11 @@ def _exit_now(code: int) -> None:
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
+    coverage = sys.modules.get("coverage")  # measured (make coverage): its data is saved at exit by an atexit
+    measuring = coverage.Coverage.current() if coverage is not None else None  # hook, which os._exit skips
+    if measuring is not None:
+        measuring.stop()
+        measuring.save()
     os._exit(code)
 
 
