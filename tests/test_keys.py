@@ -383,3 +383,13 @@ def test_every_trainer_field_set_on_the_command_line_is_what_grpo_config_holds(f
         assert got == {**value, "dtype": "float32"}
     else:
         assert got == value or (isinstance(got, (list, tuple)) and list(got) == value), (field.name, got, value)
+
+
+def test_hydra_composes_once_unless_the_command_line_can_set_the_mode():
+    from grpo_exp.config import errors, overrides
+
+    assert not overrides.mode_needs_compose(["model=qwen7b", "-m", "trainer.num_generations=2,4"])  # -m decides
+    for argv in (["+sweep=frontier"], ["experiment=open_r1_demo"], ["hydra.mode=MULTIRUN"], ["--config-dir", "/x"]):
+        assert overrides.mode_needs_compose(argv), argv
+    # a number no float holds is named by the pre-scan; a bare OverflowError from elsewhere still reads as one
+    assert "too large for a number" in errors.explain(OverflowError("int too large to convert to float"))
