@@ -365,7 +365,8 @@ def _exit_now(code: int) -> None:
     """End the process without Python's teardown. Everything the run leaves is written by now (rank
     records, metrics, checkpoints, the W&B run, which finish() flushed), and freeing the objects of
     torch, transformers and datasets one by one takes ~2 s on 2 cores: every short run, every test
-    and every sweep trial paid it, for memory the OS takes back at once."""
+    and every sweep trial paid it, for memory the OS takes back at once. atexit handlers do not run here
+    (a reward function that registers one must flush its own files)."""
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
