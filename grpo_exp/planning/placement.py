@@ -13,6 +13,7 @@ Rules (the multi-node failures in the field are all placement errors):
 - No GPU (`gpus_per_node: 0`, or none detected): `cpu_procs` processes per node over gloo.
 """
 
+import itertools
 import shlex
 import shutil
 import sys
@@ -168,20 +169,16 @@ def describe(plan: Plan) -> str:
     nodes that differ only in their --node-rank is one line after its first node: a 512-node plan
     prints a few lines, not 512 commands (plan.json keeps every node)."""
     lines = [f"world size {plan.world_size} ({plan.device}), {len(plan.nodes)} node(s) x {plan.gpus_per_node} GPU(s)"]
-    i = 0
-    while i < len(plan.nodes):
-        first = plan.nodes[i]
-        same = i + 1
-        while same < len(plan.nodes) and _shape(plan.nodes[same]) == _shape(first):
-            same += 1
+    for _, run in itertools.groupby(plan.nodes, key=_shape):
+        first, *rest = run
         lines += _node_lines(first)
-        if same - i > 2:
+        if len(rest) > 1:
             lines.append(
-                f"  nodes {i + 1}..{same - 1}: the same as node {first.node_rank}, each with its own --node-rank"
+                f"  nodes {rest[0].node_rank}..{rest[-1].node_rank}: the same as node {first.node_rank}, "
+                "each with its own --node-rank"
             )
-            i = same
         else:
-            i += 1
+            lines += [line for n in rest for line in _node_lines(n)]
     return "\n".join(lines)
 
 
