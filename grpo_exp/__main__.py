@@ -35,9 +35,8 @@ from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, overrides, resume
 from grpo_exp.config.schema import register_configs
 from grpo_exp.core import outcome, rundir
-from grpo_exp.core.outcome import Mismatch
+from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.launching import launch, ports, preflight
-from grpo_exp.launching.vllm_server import ServerNotReady
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import placement, planner
 from grpo_exp.results import report
@@ -69,7 +68,7 @@ def run(cfg: DictConfig) -> float:
     if sweeping:
         _session.sweep_dirs.add(hydra_cfg.sweep.dir)
     if cfg.resume:  # continue that run: its own dir and frozen config (Hydra's fresh dir stays empty)
-        cfg, run_dir, ended = _resumed(cfg, run_dir, list(hydra_cfg.overrides.task))
+        cfg, run_dir, ended = _resumed(cfg, run_dir, task_overrides(hydra_cfg))
         if ended is not None:
             return ended
     elif not sweeping and (reused := reused_run_dir(run_dir)):  # Hydra wrote .hydra/ here already
@@ -180,7 +179,7 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, hydra_cfg, sweeping: bool) -> 
             code = slurm.submit_and_wait(cfg, run_dir, plan)
         else:
             code = launch.run_node(cfg, run_dir, node)
-    except ServerNotReady as exc:
+    except LaunchFailed as exc:  # SLURM refused the job, or the vLLM server never answered
         rundir.write_rank_record(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
         code = outcome.EXIT_FAILED
     except Mismatch as exc:  # a dedicated serving node runs another config
@@ -205,11 +204,16 @@ def _submit_without_waiting(cfg: DictConfig, run_dir: Path, plan) -> float:
     flight; slurm.gather collects them), or with wait=false leave it to SLURM."""
     from grpo_exp.launching import slurm
 
-    if cfg.launcher.slurm.wait:
-        slurm.submit_pending(cfg, run_dir, plan)
-    else:
-        job = slurm.submit(cfg, run_dir, plan)
-        print(f"submitted SLURM job {job.job_id}: {run_dir}  (python -m grpo_exp.compare {run_dir})")
+    try:
+        if cfg.launcher.slurm.wait:
+            slurm.submit_pending(cfg, run_dir, plan)
+        else:
+            job = slurm.submit(cfg, run_dir, plan)
+            print(f"submitted SLURM job {job.job_id}: {run_dir}  (python -m grpo_exp.compare {run_dir})")
+    except slurm.Refused as exc:  # this trial's job only: the sweep goes on
+        summary = outcome.write_status(run_dir, "failed", error=str(exc), wall_s=0.0)
+        log.error("%s: %s", run_dir.name, exc)
+        return _done(summary["exit_code"], summary)
     return _done(outcome.EXIT_OK)
 
 
@@ -243,7 +247,7 @@ def check(
             cfg, resolve=True
         )  # every interpolation resolves (${oc.env:...} of an unset variable does not)
     except OmegaConfBaseException as exc:
-        return None, [errors.as_problem(exc)]
+        return None, errors.unresolvable(cfg) or [errors.as_problem(exc)]
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit))
     problems += model_info.complete(cfg.model)
     if problems:
@@ -262,7 +266,7 @@ def check(
 
 def explicit_keys(hydra_cfg) -> set[str]:
     """The keys this job's user set: on the command line, and in the experiment file it selected."""
-    found = set(overrides.values(list(hydra_cfg.overrides.task)))
+    found = set(overrides.values(task_overrides(hydra_cfg)))
     name = hydra_cfg.runtime.choices.get("experiment")
     sources = [CONF_DIR] + [
         Path(s.path.removeprefix("file://")) for s in hydra_cfg.runtime.config_sources if s.provider == "command-line"
@@ -276,6 +280,12 @@ def explicit_keys(hydra_cfg) -> set[str]:
                 if not k.startswith(("defaults", "hydra"))
             }
     return found
+
+
+def task_overrides(hydra_cfg) -> list[str]:
+    """This job's command-line overrides as written: iterating Hydra's list would resolve an override's
+    own `${...}` text, and fail on one that names an unset variable (that is the job's check to report)."""
+    return OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
 
 
 def _flat_keys(node, prefix: str = "") -> set[str]:

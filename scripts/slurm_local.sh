@@ -7,7 +7,7 @@
 #
 # Packages come from the distribution (slurmctld, slurmd, slurm-client, munge). The node is this
 # host, with its CPUs and memory; one partition "debug"; jobs may be requeued (time limits,
-# preemption). No accounting (sacct fails: submitit then reads job states from squeue).
+# preemption). No accounting: sacct fails, and the driver asks scontrol and squeue about its jobs.
 set -euo pipefail
 
 if [[ ${1:-} == stop ]]; then

@@ -66,6 +66,11 @@ BAD_INPUTS = {
         "use model.dtype",
     ),
     "a group given no option": (["model=null"], "model: needs an option name", "model=<option>"),
+    "an unset variable inside a mapping": (
+        ["trainer.model_init_kwargs={revision: ${oc.env:GRPO_EXP_UNSET_VARIABLE}}"],
+        "trainer.model_init_kwargs.revision: KeyError raised while resolving interpolation",
+        "give trainer.model_init_kwargs.revision a value",
+    ),
 }
 
 
@@ -86,7 +91,17 @@ CONTRACT = [
     "prompt column missing",
     "override syntax",
     "several unknown keys, each with its home",
+    "an unset variable inside a mapping",  # Hydra's own list of the job's overrides holds its ${...}
 ]
+
+
+def test_a_bad_value_in_an_experiment_file_is_named_by_its_key(tmp_path):
+    """Hydra reports an experiment file's bad value as a composition error around OmegaConf's own, which
+    names the key."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ntrainer:\n  num_generations: eight\n")
+    report = driver_report("experiment=mine", f"hydra.searchpath=[file://{tmp_path}]")
+    assert report.startswith("trainer.num_generations: Value 'eight'") and "takes a Integer" in report, report
 
 
 @pytest.mark.parametrize("case", CONTRACT)

@@ -100,7 +100,7 @@ def test_every_home_is_a_key_that_exists():
     for name, home in keys.HOMES.items():
         if home.key is None:
             assert home.note, name  # no home: the reason is given
-        elif home.key not in groups and not home.key.startswith("trainer.model_init_kwargs."):
+        elif home.key not in groups and not home.key.startswith(("trainer.model_init_kwargs.", "model.quantization.")):
             assert OmegaConf.select(cfg, home.key, default="<missing>") != "<missing>", (name, home.key)
 
 
@@ -138,6 +138,15 @@ REFUSED = {  # overrides -> the key the report names (the issue's random-config 
     "trainer.dataloader_prefetch_factor=2": "trainer.dataloader_prefetch_factor",
     "trainer.learning_rate=nan": "trainer.learning_rate",
     "trainer.per_device_train_batch_size=100000000000": "trainer.per_device_train_batch_size",
+    # the classes behind the last random-config findings: DeepSpeed's hand-read values, names a library must
+    # know given as numbers, an unresolvable interpolation inside an untyped mapping
+    "deepspeed=zero2 deepspeed.optimizer.type=0": "deepspeed.optimizer.type",
+    "deepspeed=zero2 deepspeed.optimizer.type=NoSuchOptimizer": "deepspeed.optimizer.type",
+    "deepspeed=zero2 deepspeed.scheduler.type=Nope": "deepspeed.scheduler.type",
+    "deepspeed=zero2 deepspeed.communication_data_type=16": "deepspeed.communication_data_type",
+    "deepspeed=zero2 deepspeed.optimizer=5": "deepspeed.optimizer",
+    "model.model_type=5": "model.model_type",
+    "trainer.model_init_kwargs={a:${oc.env:GRPO_EXP_UNSET_VARIABLE}}": "trainer.model_init_kwargs.a",
 }
 
 
@@ -210,6 +219,74 @@ def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(seed,
             except Exception as exc:  # the driver accepted what TRL refuses: a gap in the checks
                 pytest.fail(f"{items}: accepted by the driver, refused by GRPOConfig: {exc}")
     assert accepted > 5  # the draw also exercises valid configs
+
+
+# DeepSpeed keys a user sets, and what DeepSpeed reads them as: its own models' sections and the ones it reads
+# by hand (optimizer, scheduler, communication_data_type, ...).
+DEEPSPEED_KEYS = [
+    "zero_optimization.stage",
+    "zero_optimization.overlap_comm",
+    "zero_optimization.reduce_bucket_size",
+    "zero_optimization.offload_optimizer.device",
+    "optimizer.type",
+    "optimizer.params.lr",
+    "scheduler.type",
+    "scheduler.params.warmup_num_steps",
+    "communication_data_type",
+    "gradient_clipping",
+    "bf16.enabled",
+    "fp16.loss_scale",
+    "steps_per_print",
+    "checkpoint.tag_validation",
+    "zero_allow_untested_optimizer",
+    "prescale_gradients",
+]
+MODEL_KEYS = ["model_type", "hidden_size", "num_attention_heads", "vocab_size", "tie_word_embeddings", "dtype"]
+
+
+@pytest.mark.slow
+def test_random_deepspeed_and_model_values_never_raise_and_what_is_accepted_the_library_builds():
+    """100 seeded random values for DeepSpeed's keys and the model's (where the last findings were): the
+    driver reports them by key, or DeepSpeed builds its config from what the driver accepted (auto filled as
+    transformers fills it) and transformers builds the model's config."""
+    import os
+
+    from transformers import AutoConfig
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    rng = random.Random(7)
+    accepted = {"deepspeed": 0, "model": 0}
+    for _ in range(100):
+        group = rng.choice(["deepspeed", "model"])
+        keys_ = DEEPSPEED_KEYS if group == "deepspeed" else MODEL_KEYS
+        values = FUZZ_VALUES + (
+            ["AdamW", "WarmupLR", "fp32", "64"] if group == "deepspeed" else ["qwen2", "64", "llama"]
+        )
+        items = [f"{group}.{k}={rng.choice(values)}" for k in rng.sample(keys_, rng.randint(1, 2))]
+        text, cfg = report(*(["deepspeed=zero2"] if group == "deepspeed" else []), *items)
+        if text or cfg is None:
+            continue
+        accepted[group] += 1
+        try:
+            if group == "deepspeed":
+                ds = OmegaConf.to_container(cfg.deepspeed, resolve=True)
+                filled = {k: v for k, v in ds.items() if v != "auto"}
+                filled.update(train_micro_batch_size_per_gpu=1, gradient_accumulation_steps=1)
+                DeepSpeedConfig(filled)
+            else:
+                m = cfg.model
+                AutoConfig.for_model(
+                    m.model_type,
+                    hidden_size=m.hidden_size,
+                    num_attention_heads=m.num_attention_heads,
+                    vocab_size=m.vocab_size,
+                    tie_word_embeddings=m.tie_word_embeddings,
+                )
+        except Exception as exc:  # the driver accepted what the library refuses: a gap in the checks
+            pytest.fail(f"{items}: accepted by the driver, refused by the library: {type(exc).__name__}: {exc}")
+    assert min(accepted.values()) > 5, accepted  # the draw also exercises values the libraries take
 
 
 # --- every trainer field set on the command line is what GRPOConfig holds ----------------------------

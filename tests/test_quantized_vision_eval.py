@@ -171,7 +171,7 @@ def test_lora_on_a_vision_language_model_checks_its_real_layers(qwen2_vl):
     assert any("frozen under LoRA" in note for note in memory["notes"])
     text, _ = driver_report(*vl, "peft.target_modules=[q_proj,qkv,attn_nope]", "action=plan")
     assert (
-        "peft.target_modules: ['attn_nope'] are not linear layers" in text and "'qkv'" in text
+        "peft.target_modules: ['attn_nope'] are not layers LoRA adapts" in text and "'qkv'" in text
     )  # the vision tower's layers too
 
 

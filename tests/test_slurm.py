@@ -62,6 +62,9 @@ def test_sbatch_script_for_2x8_with_vllm_server(fake_slurm, tmp_path):
     ):
         assert line in script, f"{line} missing from:\n{script}"
     assert "srun" in script and "submitit" in script  # each task unpickles and runs slurm.node_task
+    cfg.launcher.slurm.max_requeues = 0  # nothing may requeue: not SLURM either, after a node failure
+    slurm.submit(cfg, run_dir, plan)
+    assert "#SBATCH --no-requeue" in fake_slurm.read_text() and "#SBATCH --requeue" not in fake_slurm.read_text()
 
 
 @pytest.mark.e2e

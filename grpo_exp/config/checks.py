@@ -19,7 +19,7 @@ from grpo_exp import Problem
 from grpo_exp.config import model_info
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
-from grpo_exp.config.trl_schema import DEBUG_OPTIONS, DICT_FIELDS, SCHEDULER_KWARGS
+from grpo_exp.config.trl_schema import DEBUG_OPTIONS, DICT_FIELDS, MODEL_TYPES, SCHEDULER_KWARGS
 
 DTYPES = ("bfloat16", "float16", "float32", "auto")
 LOADERS = ("gsm8k", "hf", "toy_math")  # the functions of training/data.py (a test keeps them equal)
@@ -235,6 +235,21 @@ def check_ranges(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
+def check_names(cfg: DictConfig) -> list[Problem]:
+    """str fields that name something a library must know. The schema types them str, and OmegaConf turns
+    any number or boolean given to a str field into its text, so `model.model_type=5` composes as '5'."""
+    m = cfg.model
+    if m.model_type not in MODEL_TYPES and not cfg.trainer.trust_remote_code:
+        return [
+            Problem(
+                "model.model_type",
+                f"'{m.model_type}' is not a model type transformers knows (its config.json's model_type)",
+                "use model=auto (it reads config.json), or trainer.trust_remote_code=true for a model with own code",
+            )
+        ]
+    return []
+
+
 def check_mappings(cfg: DictConfig) -> list[Problem]:
     """GRPOConfig's dict fields are typed Any in the schema (so `key={a: 1}` composes): check here."""
     problems = []
@@ -285,7 +300,7 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
             )
         )
     held_out = cfg.data.eval_path is not None or cfg.data.eval_split is not None
-    if (t.eval_strategy != "no" or t.do_eval) and not held_out:
+    if t.eval_strategy != "no" and not held_out:  # do_eval alone evaluates nothing (Trainer reads eval_strategy)
         problems.append(
             Problem(
                 "trainer.eval_strategy",
@@ -548,22 +563,21 @@ def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
 
 
 def check_lora(cfg: DictConfig) -> list[Problem]:
-    """peft.target_modules against the linear layers the model really has (model_info lists them)."""
+    """peft.target_modules against the layers of the model LoRA can adapt (model_info lists them)."""
     if not cfg.peft.enabled:
         return []
     if not cfg.peft.target_modules:
         return [
-            Problem(
-                "peft.target_modules", "is empty: LoRA would train nothing", "list linear layers, e.g. [q_proj, v_proj]"
-            )
+            Problem("peft.target_modules", "is empty: LoRA would train nothing", "list layers, e.g. [q_proj, v_proj]")
         ]
-    known = model_info.linear_layer_names(cfg.model)
+    known = model_info.lora_layer_names(cfg.model)
     unknown = [m for m in cfg.peft.target_modules if m not in known and m != "lm_head"]
     if unknown:
         return [
             Problem(
                 "peft.target_modules",
-                f"{unknown} are not linear layers of {cfg.model.name} ({cfg.model.model_type})",
+                f"{unknown} are not layers LoRA adapts in {cfg.model.name} ({cfg.model.model_type}): PEFT's LoRA "
+                "takes linear, embedding and convolution layers",
                 f"choose from {[m for m in known if m != 'lm_head']}",
             )
         ]
@@ -587,7 +601,7 @@ def check(cfg: DictConfig) -> list[Problem]:
     problems = check_required(cfg) + check_unknown_keys(cfg)
     if problems:  # the remaining checks read these values
         return problems
-    values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg)
+    values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg) + check_names(cfg)
     bad = {p.key for p in values}
     problems = values + check_trl_rules(cfg) + check_rewards(cfg) + check_deepspeed(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):

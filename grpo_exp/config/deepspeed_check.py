@@ -12,6 +12,7 @@ on sections that differ from every shipped option (conf/deepspeed/*.yaml): those
 DeepSpeed's models by tests/test_validate.py, and `deepspeed=zero3` plans without importing deepspeed.
 """
 
+import contextlib
 import difflib
 import functools
 import os
@@ -68,6 +69,86 @@ KNOWN_TOP_LEVEL = (
 )
 
 
+# Values DeepSpeed reads by hand (deepspeed/runtime/config.py: dict.get, then .lower() / .upper() or
+# indexing), which no pydantic model types: a number there passes DeepSpeed's models and then fails inside
+# every worker ("'int' object has no attribute 'lower'"). "a.b" is section a's key b.
+HAND_READ_STRINGS = (
+    "optimizer.type",
+    "scheduler.type",
+    "communication_data_type",
+    "seq_parallel_communication_data_type",
+    "checkpoint.tag_validation",
+    "data_types.grad_accum_dtype",
+)
+HAND_READ_MAPPINGS = ("optimizer", "scheduler", "optimizer.params", "scheduler.params", "checkpoint", "data_types")
+
+
+def hand_read_problems(ds: dict) -> list[Problem]:
+    """The hand-read values of `ds` with the wrong type: strings that are not strings, sections that are
+    not mappings. A section that is not a mapping hides its keys, so they are not looked at."""
+    problems = []
+    for path in HAND_READ_MAPPINGS + HAND_READ_STRINGS:
+        *parents, leaf = path.split(".")
+        node = ds
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node or node[leaf] is None:
+            continue
+        wanted, kind = (str, "a string") if path in HAND_READ_STRINGS else (dict, "a mapping")
+        if not isinstance(node[leaf], wanted):
+            problems.append(
+                Problem(
+                    f"deepspeed.{path}",
+                    f"is {node[leaf]!r}; DeepSpeed reads it as {kind} (and fails inside every worker otherwise)",
+                    f"give deepspeed.{path} {kind}" + (", e.g. AdamW" if path == "optimizer.type" else ""),
+                )
+            )
+    return problems
+
+
+def name_problems(ds: dict) -> list[Problem]:
+    """optimizer.type and scheduler.type name what DeepSpeed builds: one of its own optimizers (any case) or
+    a torch.optim class, one of its lr_schedules or a torch.optim.lr_scheduler class, as the engine
+    resolves them (deepspeed/runtime/engine.py: _configure_basic_optimizer, _scheduler_from_config).
+    Imports deepspeed and torch, so only when such a section is there."""
+    sections = [s for s in ("optimizer", "scheduler") if isinstance(ds.get(s), dict)]
+    untyped = [
+        Problem(
+            f"deepspeed.{s}.type",
+            f"is missing: transformers leaves the {s} to DeepSpeed once deepspeed.{s} is there, and DeepSpeed "
+            "builds none without a type",
+            f"set deepspeed.{s}.type, or remove deepspeed.{s}",
+        )
+        for s in sections
+        if ds[s].get("type") is None
+    ]
+    named = {s: ds[s]["type"] for s in sections if isinstance(ds[s].get("type"), str)}  # others: hand_read_problems
+    if not named:
+        return untyped
+    import torch
+
+    with _cpu_accelerator():
+        from deepspeed.runtime import lr_schedules
+        from deepspeed.runtime.config import DEEPSPEED_OPTIMIZERS
+    known = {
+        "optimizer": (lambda n: n.lower() in DEEPSPEED_OPTIMIZERS or hasattr(torch.optim, n), DEEPSPEED_OPTIMIZERS),
+        "scheduler": (
+            lambda n: hasattr(lr_schedules, n) or hasattr(torch.optim.lr_scheduler, n),
+            lr_schedules.VALID_LR_SCHEDULES,
+        ),
+    }
+    return untyped + [
+        Problem(
+            f"deepspeed.{section}.type",
+            f"'{name}' is not {'an' if section == 'optimizer' else 'a'} {section} DeepSpeed builds (its own, or a "
+            f"torch.optim{'.lr_scheduler' * (section == 'scheduler')} class by name)",
+            f"use one of {list(known[section][1])} or a torch.optim{'.lr_scheduler' * (section == 'scheduler')} class",
+        )
+        for section, name in named.items()
+        if not known[section][0](name)
+    ]
+
+
 def _without_auto(value):
     if isinstance(value, dict):
         return {k: _without_auto(v) for k, v in value.items() if v != "auto"}
@@ -112,6 +193,20 @@ def _model_problems(section: str, model, values) -> list[Problem]:
     return []
 
 
+@contextlib.contextmanager
+def _cpu_accelerator():
+    """deepspeed picks an accelerator when imported, and on a machine without a GPU it warns that it fell
+    back to the CPU. The driver only reads config models and names: one is named for the import alone,
+    so the console stays clean and no worker inherits the choice."""
+    preset = os.environ.get("DS_ACCELERATOR")
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    try:
+        yield
+    finally:
+        if preset is None:
+            os.environ.pop("DS_ACCELERATOR", None)
+
+
 MODEL_SECTIONS = ("zero_optimization", "bf16", "fp16")  # the sections DeepSpeed checks with pydantic models
 
 
@@ -136,6 +231,7 @@ def _option(name: str) -> dict:
 def problems(ds: dict) -> list[Problem]:
     sections = {s: ds[s] for s in MODEL_SECTIONS if s in ds}
     out = [] if sections in shipped_sections() else model_problems(sections)
+    out += hand_read_problems(ds) + name_problems(ds)
     for key in ds:
         if key in KNOWN_TOP_LEVEL:
             continue
@@ -153,17 +249,9 @@ def problems(ds: dict) -> list[Problem]:
 
 def model_problems(sections: dict) -> list[Problem]:
     """`sections` (zero_optimization, bf16, fp16) through DeepSpeed's own pydantic models."""
-    # deepspeed picks an accelerator when imported, and on a machine without a GPU it warns that it
-    # fell back to the CPU. The driver only reads config models: name one for the import alone, so
-    # the console stays clean and no worker inherits the choice.
-    preset = os.environ.get("DS_ACCELERATOR")
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    try:
+    with _cpu_accelerator():
         from deepspeed.runtime.precision_config import DeepSpeedBF16Config, DeepSpeedFP16Config
         from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
-    finally:
-        if preset is None:
-            os.environ.pop("DS_ACCELERATOR", None)
 
     models = {"zero_optimization": DeepSpeedZeroConfig, "bf16": DeepSpeedBF16Config, "fp16": DeepSpeedFP16Config}
     return [p for section, values in sections.items() for p in _model_problems(section, models[section], values)]

@@ -42,7 +42,9 @@ def explain(exc: Exception) -> str:
     if isinstance(exc, OverrideParseException):
         why = exc.message.splitlines()[0]
         return f"{exc.override}: not a valid override ({why})\n    fix: write key=value, group=option or +key=value"
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    # Hydra re-raises OmegaConf's error while composing a file (an experiment's value) without `from`: the
+    # original, which names the key, is then the implicit context.
+    cause = exc.__cause__ or (exc.__context__ if isinstance(exc.__context__, OmegaConfBaseException) else None) or exc
     named = re.search(
         r"full_key: (\S+)", str(cause)
     )  # OmegaConf names the key in the message of errors it does not type
@@ -71,6 +73,32 @@ def as_problem(exc: OmegaConfBaseException) -> Problem:
     named = re.search(r"full_key: (\S+)", str(exc))
     key = getattr(exc, "full_key", None) or (named.group(1) if named else "config")
     return Problem(key, str(exc).splitlines()[0], "fix that value; `python -m grpo_exp --cfg job` shows every value")
+
+
+def unresolvable(cfg) -> list[Problem]:
+    """Every value of `cfg` whose interpolation does not resolve (`${oc.env:X}` of an unset variable, a key
+    that is not there), each named by its full key: OmegaConf's own error names none inside an untyped
+    mapping (trainer.model_init_kwargs.<x>), so the tree is walked leaf by leaf."""
+    from omegaconf import DictConfig, ListConfig
+
+    problems = []
+
+    def walk(node, prefix: str) -> None:
+        keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
+        for key in keys:
+            full = f"{prefix}{key}"
+            try:
+                child = node[key]  # resolves this value (an interpolation to a mapping resolves to that mapping)
+            except OmegaConfBaseException as exc:
+                problems.append(
+                    Problem(full, str(exc).splitlines()[0], f"give {full} a value, or set what its interpolation reads")
+                )
+                continue
+            if isinstance(child, (DictConfig, ListConfig)):
+                walk(child, f"{full}.")
+
+    walk(cfg, "")
+    return problems
 
 
 def unknown_key(key: str) -> Problem:

@@ -81,10 +81,26 @@ def resolve(cfg: DictConfig, explicit: set[str]) -> list[Problem]:
 class Home:
     key: str | None  # the grpo_exp key that does the job; None: there is none
     note: str  # how it maps, or why there is no home
+    # No home, and none needed: the field never changed a GRPO run (TRL's parser or script ignored it, or
+    # it only ever did what grpo_exp does anyway). A recipe's copy is noted, not refused.
+    ignored: bool = False
 
 
 def _home(key: str | None, note: str = "") -> Home:
     return Home(key, note)
+
+
+def _ignored(note: str) -> Home:
+    return Home(None, note, ignored=True)
+
+
+# accelerate's launch settings, as they sometimes sit inside a recipe: `accelerate launch` reads them from its
+# own config file or command line only, and TRL's parser ignored them there (older TRL silently, `trl grpo`
+# with fail_with_unknown_args=False).
+_ACCELERATE_IN_RECIPE = _ignored(
+    "an accelerate launch setting, read by accelerate from its own config or command line and never by TRL's "
+    "parser (grpo_exp's topology says how many processes run where)"
+)
 
 
 # Bare names, as they appear in a TRL / open-r1 recipe YAML (or `trainer.<name>` on our command line).
@@ -108,31 +124,31 @@ HOMES = {
     "lora_task_type": _home(None, "grpo_exp trains causal LMs: always CAUSAL_LM"),
     "use_rslora": _home(None, "rsLoRA is not exposed by grpo_exp's peft group"),
     "use_dora": _home(None, "DoRA is not exposed by grpo_exp's peft group (and not planned)"),
-    "load_in_4bit": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
-    "load_in_8bit": _home(None, "8-bit loading is not supported by grpo_exp yet"),
-    "bnb_4bit_quant_type": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
-    "use_bnb_nested_quant": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
-    "bnb_4bit_quant_storage": _home(None, "4-bit (QLoRA) loading is not supported by grpo_exp yet"),
+    "load_in_4bit": _home("peft", "peft=qlora: 4-bit base weights under LoRA adapters"),
+    "load_in_8bit": _home("model.quantization.bits", "peft=qlora model.quantization.bits=8"),
+    "bnb_4bit_quant_type": _home("model.quantization.quant_type", "with peft=qlora"),
+    "use_bnb_nested_quant": _home("model.quantization.double_quant", "with peft=qlora"),
+    "bnb_4bit_quant_storage": _home(None, "bitsandbytes' storage dtype stays uint8 (what the planner sizes)"),
     # trl ScriptArguments / GRPOScriptArguments
     "dataset_name": _home("data.path", "a local file or directory (data=hf), or a hub dataset id"),
     "dataset_config": _home("data.subset"),
     "dataset_train_split": _home("data.split"),
     "dataset_test_split": _home("data.eval_split", "held-out prompts for trainer.eval_strategy"),
     "dataset_streaming": _home(None, "grpo_exp reads datasets whole (the driver counts their rows before launch)"),
-    "ignore_bias_buffers": _home(
-        None, "a DDP workaround for models with boolean buffers; grpo_exp trains causal LMs without it"
-    ),
+    "ignore_bias_buffers": _ignored("a DDP workaround TRL's GRPO script never reads (only its DPO script does)"),
+    # early open-r1 recipes carried `dataset_configs: [all]`; no script read it (the field is dataset_config)
+    "dataset_configs": _ignored("no TRL or open-r1 field of that name (the dataset's config is dataset_config)"),
     "reward_funcs": _home("data.rewards", "one entry per function: data.rewards.<name>._target_=<dotted path>"),
     "reward_model_name_or_path": _home(None, "reward models are not supported by grpo_exp: reward functions only"),
     # open-r1's GRPOScriptArguments and GRPOConfig additions
     "dataset_prompt_column": _home("data.prompt_column"),
     "system_prompt": _home("data.system_prompt"),
     "chat_template": _home(None, "grpo_exp uses the tokenizer's own chat template"),
-    "benchmarks": _home(None, "open-r1's post-training benchmarks are outside grpo_exp"),
-    "callbacks": _home(None, "open-r1's callbacks (hub pushes) are outside grpo_exp"),
+    "benchmarks": _ignored("open-r1's evaluations of pushed checkpoints, run after and outside the training run"),
+    "callbacks": _ignored("open-r1's hub-push callbacks: they act on pushed checkpoints, not on training"),
     "hub_model_revision": _home("trainer.hub_revision"),
-    "overwrite_hub_revision": _home(None, "open-r1's hub branch handling is outside grpo_exp"),
-    "push_to_hub_revision": _home(None, "open-r1's hub branch handling is outside grpo_exp"),
+    "overwrite_hub_revision": _ignored("open-r1's hub branch handling, outside the training run"),
+    "push_to_hub_revision": _ignored("open-r1's hub branch handling, outside the training run"),
     "wandb_entity": _home("logger.entity"),
     "wandb_project": _home("logger.project"),
     "wandb_run_group": _home("logger.group"),
@@ -167,9 +183,29 @@ HOMES = {
     ),
     "use_liger_loss": _home("trainer.use_liger_kernel"),
     "ds3_gather_for_generation": _home("trainer.ds3_gather_for_generation"),
-    "logging_dir": _home(None, "grpo_exp logs to the run dir (metrics.jsonl) and W&B; no TensorBoard dir"),
-    "overwrite_output_dir": _home(None, "a grpo_exp run dir belongs to one run; resume=<run dir> continues one"),
+    "logging_dir": _ignored("TensorBoard's event dir; grpo_exp logs to the run dir (metrics.jsonl) and its logger"),
+    "overwrite_output_dir": _ignored("every grpo_exp run gets a new run dir (resume=<run dir> continues one)"),
+    "save_safetensors": _ignored("transformers 5 always saves safetensors"),
     "evaluation_strategy": _home("trainer.eval_strategy", "transformers' old name"),
+    "no_cuda": _home(None, "the topology decides CPU or GPU (topology.gpus_per_node=0 trains on CPU)"),
+    "sharded_ddp": _home(None, "fairscale sharding, removed from transformers; shard with deepspeed=zero2 or zero3"),
+    # accelerate's keys inside a recipe
+    **{
+        name: _ACCELERATE_IN_RECIPE
+        for name in (
+            "num_processes",
+            "num_machines",
+            "mixed_precision",
+            "distributed_type",
+            "gpu_ids",
+            "machine_rank",
+            "main_process_ip",
+            "main_process_port",
+            "deepspeed_config",
+            "fsdp_config",
+            "compute_environment",
+        )
+    },
 }
 
 

@@ -11,8 +11,8 @@ without loading a tensor), else estimated from the numbers (the plan's notes say
 planner does not model for this architecture (mixture of experts, sliding-window attention, a
 vision tower) goes to `model.planner_notes`, which the plan prints.
 
-Pure Python (json, huggingface_hub): no torch on this path, except `linear_layer_names`, which
-builds the model on the meta device to list its real linear layers (only for peft runs; cached).
+Pure Python (json, huggingface_hub): no torch on this path, except `lora_layer_names`, which
+builds the model on the meta device to list the layers LoRA can adapt (only for peft runs; cached).
 """
 
 import argparse
@@ -278,7 +278,7 @@ def complete(model: DictConfig) -> list[Problem]:
 
 
 def meta_facts(source, model: DictConfig | None = None) -> dict | None:
-    """{num_parameters, vision_parameters, linear_layers} of the model built on the meta device (no
+    """{num_parameters, vision_parameters, lora_layers} of the model built on the meta device (no
     weights) with the class TRL would load: config.json's architectures[0] from transformers (a
     vision-language model's own class), else AutoModelForCausalLM. `source` is a model directory, or
     None with `model` (a shipped option's numbers). Cached per architecture under $GRPO_EXP_CACHE,
@@ -300,7 +300,7 @@ def meta_facts(source, model: DictConfig | None = None) -> dict | None:
     return facts
 
 
-FACTS_VERSION = 2  # bump when meta_facts' contents change
+FACTS_VERSION = 3  # bump when meta_facts' contents change
 VISION_MODULES = ("visual", "vision_tower", "vision_model", "vision_encoder")
 
 
@@ -324,22 +324,25 @@ def _build_on_meta(source, model, arch: dict) -> dict:
         built = cls._from_config(config) if cls is not transformers.AutoModelForCausalLM else cls.from_config(config)
     params = dict(built.named_parameters())
     vision = sum(p.numel() for name, p in params.items() if set(name.split(".")) & set(VISION_MODULES))
-    linear = sorted(
-        {name.rsplit(".", 1)[-1] for name, module in built.named_modules() if isinstance(module, torch.nn.Linear)}
-    )
+    # The layer types peft's LoRA adapts (peft/tuners/lora/layer.py dispatch): linear, embedding, convolutions,
+    # and transformers' GPT-2-style Conv1D.
+    from transformers.pytorch_utils import Conv1D
+
+    adaptable = (torch.nn.Linear, torch.nn.Embedding, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, Conv1D)
+    lora = sorted({name.rsplit(".", 1)[-1] for name, module in built.named_modules() if isinstance(module, adaptable)})
     return {
         "num_parameters": sum(p.numel() for p in params.values()),
         "vision_parameters": vision,
-        "linear_layers": linear,
+        "lora_layers": lora,
     }
 
 
-def linear_layer_names(model: DictConfig) -> list[str]:
-    """Names of the nn.Linear modules of this model (what peft's target_modules match), from the class
-    TRL would load built on the meta device (meta_facts)."""
+def lora_layer_names(model: DictConfig) -> list[str]:
+    """Names of the modules of this model PEFT's LoRA can adapt (what peft's target_modules match: linear
+    layers, embeddings, convolutions), from the class TRL would load built on the meta device (meta_facts)."""
     source = model.name_or_path if model.name_or_path and Path(model.name_or_path).expanduser().is_dir() else None
     facts = meta_facts(source, None if source else model)
-    return facts["linear_layers"] if facts else []
+    return facts["lora_layers"] if facts else []
 
 
 def model_yaml(name: str, name_or_path: str, arch: dict) -> str:

@@ -123,6 +123,7 @@ def render() -> str:
     choice_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(choices.items()))
     scheduler_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in _scheduler_kwargs().items())
     from transformers.debug_utils import DebugOption
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     body = "\n".join(trainer + vllm)
     typing_names = ", ".join(n for n in ("Any", "Dict", "List", "Optional") if f"{n}[" in body or f": {n} " in body)
@@ -142,7 +143,10 @@ def render() -> str:
         "# lr_scheduler_kwargs each scheduler takes (transformers.optimization; None: any, passed to torch).\n"
         f"SCHEDULER_KWARGS = {{\n{scheduler_lines}}}\n\n"
         "# trainer.debug: space-separated transformers DebugOption values.\n"
-        f"DEBUG_OPTIONS = {tuple(d.value for d in DebugOption)!r}\n\n\n"
+        f"DEBUG_OPTIONS = {tuple(d.value for d in DebugOption)!r}\n\n"
+        "# model.model_type: the model types this transformers builds (a model with its own code needs\n"
+        "# trust_remote_code).\n"
+        f"MODEL_TYPES = {tuple(sorted(CONFIG_MAPPING_NAMES))!r}\n\n\n"
         "@dataclass\nclass TrainerFields:\n" + "\n".join(trainer) + "\n\n\n"
         "@dataclass\nclass VllmFields:\n" + "\n".join(vllm) + "\n"
     )

@@ -21,6 +21,11 @@ class Mismatch(RuntimeError):
     """Nodes of one run disagree (their configs, processes per node, versions): status `mismatch`, exit 5."""
 
 
+class LaunchFailed(RuntimeError):
+    """The launch itself failed before training could start (SLURM refused the job, the vLLM server never
+    answered): status `failed`, exit 1, with this message."""
+
+
 # Exit codes of a single run, also summary.json["exit_code"].
 EXIT_OK = 0
 EXIT_FAILED = 1  # unexpected failure

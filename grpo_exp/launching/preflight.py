@@ -63,6 +63,15 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
     return []
 
 
+def check_launcher(cfg: DictConfig, plan) -> list[Problem]:
+    """launcher=slurm: whether SLURM takes the job as it will be submitted (sbatch --test-only)."""
+    if cfg.launcher.name != "slurm":
+        return []
+    from grpo_exp.launching import slurm
+
+    return slurm.test_only(cfg, plan)
+
+
 def check_model_path(cfg: DictConfig) -> list[Problem]:
     model = cfg.model.name_or_path
     if model and is_local_path(model) and not (Path(model).expanduser() / "config.json").is_file():
@@ -82,6 +91,7 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
     return (
         check_machine(cfg, plan, gpus)
+        + check_launcher(cfg, plan)
         + check_model_path(cfg)
         + check_libraries(cfg)
         + data_files.preflight(cfg.data, reward_columns(cfg), per_batch)

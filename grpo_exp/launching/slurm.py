@@ -6,6 +6,10 @@ Long runs: SLURM sends SIGUSR2 `signal_delay_s` before the time limit to every p
 the ranks save a checkpoint, node 0's task records the run as preempted and requeues the job
 (`scontrol requeue`, at most `max_requeues` times); the requeued job resumes from that checkpoint.
 Sweeps: the driver submits every trial at once (at most `max_parallel` in flight) and gathers them.
+A job that ends without a result (it never started, its credential was revoked, its node failed, an
+admin cancelled it, SLURM purged it) ends the run within a poll or two: submitit sees only a result
+file, so the driver asks SLURM itself (scontrol, sacct or squeue: whichever answers, accounting or
+not) and, where `max_requeues` allows and the job did not end by its own doing, requeues it once more.
 
 The driver composes and freezes the config once; tasks read that file from the shared run dir.
 Needs the `slurm` extra (submitit).
@@ -13,14 +17,16 @@ Needs the `slurm` extra (submitit).
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
 from grpo_exp.planning.placement import Plan
 
@@ -55,7 +61,9 @@ def executor(cfg: DictConfig, run_dir: Path, plan: Plan, cluster: str | None = N
     params.update({k: v for k, v in slurm_only.items() if v is not None})
     if not local:
         params["slurm_signal_delay_s"] = s.signal_delay_s  # sbatch --signal=USR2@<s>: time to save a checkpoint
-    additional = {"requeue": True} if s.max_requeues and not local else {}  # clusters with JobRequeue=0 need it asked
+    # requeue asked where the run may requeue (clusters with JobRequeue=0 need it asked), refused where it may
+    # not: SLURM would otherwise requeue a job after a node failure behind the driver's max_requeues
+    additional = {} if local else {"requeue": True} if s.max_requeues else {"no-requeue": True}
     additional.update(OmegaConf.to_container(s.additional))
     if additional:
         params["slurm_additional_parameters"] = additional
@@ -63,8 +71,64 @@ def executor(cfg: DictConfig, run_dir: Path, plan: Plan, cluster: str | None = N
     return ex
 
 
+# sbatch's refusals, by the words of its message -> the key that asked for it
+REFUSALS = (
+    ("partition", "launcher.slurm.partition"),
+    ("account", "launcher.slurm.account"),
+    ("qos", "launcher.slurm.qos"),
+    ("feature", "launcher.slurm.constraint"),
+    ("generic resource", "topology.gpus_per_node"),
+    ("time limit", "launcher.slurm.time_min"),
+    ("memory", "launcher.slurm.mem_gb"),
+)
+
+
+class Refused(outcome.LaunchFailed):
+    """sbatch refused the job (a partition, account or resource the cluster does not have)."""
+
+
+def test_only(cfg: DictConfig, plan: Plan) -> list[Problem]:
+    """The launch preflight of launcher=slurm: `sbatch --test-only` on the very script submitit would submit,
+    so a partition, account, QOS or resource the cluster refuses is exit 2 naming its key, before the run
+    dir holds anything. Nothing is submitted."""
+    import shutil
+    import tempfile
+
+    if cfg.launcher.slurm.cluster is not None:
+        return []
+    if shutil.which("sbatch") is None:
+        return [
+            Problem(
+                "launcher.name",
+                "slurm needs sbatch, which is not on PATH here",
+                "run on the cluster's login node, or launcher.slurm.cluster=local to rehearse on this machine",
+            )
+        ]
+    with tempfile.TemporaryDirectory() as scratch:
+        slurm_executor = executor(cfg, Path(scratch), plan)._executor  # the script submitit itself writes
+        script = Path(scratch) / "test_only.sh"
+        script.write_text(slurm_executor._make_submission_file_text("true", "test_only"))
+        answer = _ask_all("sbatch", "--test-only", str(script))
+    if answer is None or answer[0] == 0:
+        return []
+    return [_refusal(answer[1])]
+
+
+def _refusal(message: str) -> Problem:
+    lines = [line for line in message.strip().splitlines() if line.strip()]
+    said = lines[0].removeprefix("sbatch: error: ") if lines else "sbatch refused the job"
+    key = next((k for words, k in REFUSALS if words in message.lower()), "launcher.slurm")
+    return Problem(key, f"SLURM refuses the job: {said}", f"give {key} a value this cluster has (sinfo, sacctmgr)")
+
+
 def submit(cfg: DictConfig, run_dir: Path, plan: Plan):
-    job = executor(cfg, run_dir, plan, cfg.launcher.slurm.cluster).submit(NodeTask(str(run_dir / rundir.CONFIG)))
+    """Submit the run's job; Refused (with sbatch's words) when SLURM will not take it."""
+    import submitit
+
+    try:
+        job = executor(cfg, run_dir, plan, cfg.launcher.slurm.cluster).submit(NodeTask(str(run_dir / rundir.CONFIG)))
+    except submitit.core.utils.FailedJobError as exc:
+        raise Refused(str(_refusal(str(exc)))) from None
     rundir.write_summary(run_dir, slurm_job_id=str(job.job_id))
     log.info("submitted job %s (%d node(s)); logs in %s", job.job_id, cfg.topology.nnodes, run_dir / rundir.SLURM)
     return job
@@ -72,7 +136,8 @@ def submit(cfg: DictConfig, run_dir: Path, plan: Plan):
 
 class _SacctOnce(logging.Filter):
     """submitit warns "Bypassing sacct error" at every poll on a cluster without accounting: say it
-    once, at debug level (job states still come from squeue)."""
+    once, at debug level (submitit then knows a job only by its result file; job_state() asks
+    scontrol and squeue)."""
 
     said = False
 
@@ -96,7 +161,7 @@ def submit_pending(cfg: DictConfig, run_dir: Path, plan: Plan) -> None:
     until one of them ends."""
     if len(PENDING) >= cfg.launcher.slurm.max_parallel:
         gather(until_running=cfg.launcher.slurm.max_parallel - 1)
-    PENDING.append(Submitted(submit(cfg, run_dir, plan), run_dir))
+    PENDING.append(Submitted(submit(cfg, run_dir, plan), run_dir, cfg.launcher.slurm.max_requeues))
 
 
 def gather(until_running: int = 0) -> None:
@@ -109,18 +174,149 @@ def gather(until_running: int = 0) -> None:
 
 
 def submit_and_wait(cfg: DictConfig, run_dir: Path, plan: Plan) -> int:
-    [(_, code)] = wait([Submitted(submit(cfg, run_dir, plan), run_dir)])
+    [(_, code)] = wait([Submitted(submit(cfg, run_dir, plan), run_dir, cfg.launcher.slurm.max_requeues)])
     return code
+
+
+# --- what SLURM says of a job -------------------------------------------------------------------
+
+# Job states after which SLURM runs the job no more unless it is requeued (squeue(1) JOB STATE CODES).
+ENDED = {
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "REVOKED",
+    "SPECIAL_EXIT",
+}
+# Ended states that were not the job's own doing or a person's decision: a requeue may well succeed (a
+# launch failure - a revoked credential, a prolog error - ends as FAILED with no exit code of ours).
+REQUEUE_MAY_HELP = {"FAILED", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED"}
+GONE = "GONE"  # no tool knows the job any more: purged from slurmctld's memory, with no accounting
+STATE_POLL_S = 5.0  # how often the driver asks SLURM about a job that has no result yet
+RESULT_GRACE_S = 10.0  # an ended job's result file may reach a shared filesystem a little late
+
+
+@dataclass(frozen=True)
+class JobState:
+    state: str  # SLURM's JobState (RUNNING, FAILED, ...), or GONE
+    reason: str | None = None  # SLURM's Reason (NonZeroExitCode, launch_failed_requeued_held, ...)
+    restarts: int | None = None  # times SLURM restarted it (scontrol's Restarts)
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED or self.state == GONE
+
+
+def _ask_all(*argv: str) -> tuple[int, str] | None:
+    """A SLURM tool's exit code and what it said (stderr, then stdout), or None when it is not there."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.returncode, done.stderr + done.stdout
+
+
+def _ask(*argv: str) -> str | None:
+    """A SLURM tool's stdout, or None when it failed or is not there."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def job_state(job_id: str) -> JobState | None:
+    """What SLURM says of `job_id`: scontrol (state, reason, restarts; while slurmctld holds the job,
+    MinJobAge after its end), sacct (with accounting, long after), squeue (any state slurmctld holds).
+    GONE when none of them knows it; None when none of them answers at all (no SLURM tools here)."""
+    shown = _ask("scontrol", "show", "job", "-o", str(job_id))
+    if shown and (found := re.search(r"\bJobState=(\S+)", shown)):
+        reason = re.search(r"\bReason=(\S+)", shown)
+        restarts = re.search(r"\bRestarts=(\d+)", shown)
+        return JobState(
+            found.group(1),
+            reason.group(1) if reason and reason.group(1) not in ("None", "(null)") else None,
+            int(restarts.group(1)) if restarts else None,
+        )
+    accounted = _ask("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State")
+    if accounted and accounted.strip():
+        return JobState(accounted.split()[0])  # "CANCELLED by 0": the state is the first word
+    queued = _ask("squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T|%r")
+    if queued and queued.strip():
+        state, _, reason = queued.strip().splitlines()[0].partition("|")
+        return JobState(state, reason if reason not in ("", "None") else None)
+    if shown is None and accounted is None and queued is None and _ask("scontrol", "version") is None:
+        return None  # no SLURM tools to ask: only the result file tells
+    return JobState(GONE)
 
 
 @dataclass
 class Submitted:
     job: object  # submitit.Job
     run_dir: Path
+    max_requeues: int = 0
     started: float = 0.0
+    asked_at: float = 0.0
+    ended_at: float | None = None  # when SLURM was first seen to have ended the job without its result
+    requeued: int = 0  # requeues of a job that vanished, by this driver
+    lost: list = field(default_factory=list)
 
     def __post_init__(self):
         self.started = self.started or time.time()
+
+    def done(self) -> bool:
+        """Its result file is there. A SLURM job is only looked for by that file: submitit would ask sacct at
+        each poll, which fails without accounting (vanished() asks scontrol and squeue instead)."""
+        if type(self.job).__name__ == "SlurmJob":
+            return self.job.paths.result_pickle.exists()
+        return self.job.done()
+
+    def vanished(self) -> bool:
+        """True once SLURM has ended the job and no result came: its summary then says why (after a
+        requeue where max_requeues allows one, the job is waited for again)."""
+        if type(self.job).__name__ != "SlurmJob" or time.time() - self.asked_at < STATE_POLL_S:
+            return False  # submitit's local executor watches its own processes
+        self.asked_at = time.time()
+        state = job_state(str(self.job.job_id))
+        if state is None or not state.ended:
+            self.ended_at = None
+            return False
+        self.ended_at = self.ended_at or time.time()
+        if time.time() - self.ended_at < RESULT_GRACE_S or self.done():
+            return False
+        return not self._requeue(state)
+
+    def _requeue(self, state: JobState) -> bool:
+        restarts = state.restarts if state.restarts is not None else self.requeued
+        why = f"SLURM job {self.job.job_id} ended {state.state}" + (f" ({state.reason})" if state.reason else "")
+        self.lost.append({"state": state.state, "reason": state.reason, "time": time.time()})
+        if state.state in REQUEUE_MAY_HELP and restarts < self.max_requeues:
+            if _ask("scontrol", "requeue", str(self.job.job_id)) is not None:
+                self.requeued += 1
+                self.ended_at = None
+                rundir.write_summary(self.run_dir, slurm_lost_attempts=self.lost)
+                log.warning("%s without a result: requeued (%d of %d)", why, restarts + 1, self.max_requeues)
+                return True
+        error = f"{why} without a result: the job never finished its task (see {self.run_dir / rundir.SLURM})"
+        if state.state == GONE:
+            error = f"SLURM job {self.job.job_id} is no longer known to SLURM (purged), and left no result"
+        outcome.write_status(
+            self.run_dir,
+            "failed",
+            error=error,
+            slurm_state=state.state,
+            slurm_reason=state.reason,
+            slurm_lost_attempts=self.lost,
+            wall_s=time.time() - self.started,
+        )
+        log.error(error)
+        return False
 
 
 def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted, int]]:
@@ -131,10 +327,18 @@ def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted,
     quiet = _SacctOnce()
     submitit_log.addFilter(quiet)
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    lost: set[int] = set()  # indices of jobs SLURM ended without a result
     try:
-        while sum(not s.job.done() for s in jobs) > until_running:
-            time.sleep(0.5)  # done() looks for the result file: cheap
-        return [(s, _exit_code(s)) for s in jobs if s.job.done()]
+        while True:
+            lost |= {i for i, s in enumerate(jobs) if i not in lost and not s.done() and s.vanished()}
+            if sum(i not in lost and not s.done() for i, s in enumerate(jobs)) <= until_running:
+                break
+            time.sleep(0.5)  # done() looks for the result file: cheap; SLURM is asked every STATE_POLL_S
+        return [
+            (s, outcome.EXIT_FAILED if i in lost else _exit_code(s))
+            for i, s in enumerate(jobs)
+            if i in lost or s.done()
+        ]
     except KeyboardInterrupt:
         for s in jobs:
             s.job.cancel(check=False)

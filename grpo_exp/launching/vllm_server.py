@@ -10,13 +10,14 @@ import urllib.request
 
 from omegaconf import DictConfig
 
+from grpo_exp.core.outcome import LaunchFailed
 from grpo_exp.planning.placement import bind_address, serve_command
 
 __all__ = ["ServerNotReady", "bind_address", "serve_command", "health_url", "wait_healthy"]
 
 
-class ServerNotReady(RuntimeError):
-    pass
+class ServerNotReady(LaunchFailed):
+    """The vLLM server never answered /health (it exited, or vllm.server_timeout passed)."""
 
 
 def health_url(cfg: DictConfig) -> str:

@@ -238,7 +238,7 @@ def check_deepspeed_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
 def check_eval_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     """TRL's eval rule: the global eval batch holds whole prompt groups of num_generations_eval."""
     t = cfg.trainer
-    if t.eval_strategy == "no" and not t.do_eval:
+    if t.eval_strategy == "no":  # TRL checks it only when evaluating: do_eval and eval_strategy != "no"
         return []
     generations = t.num_generations_eval or t.num_generations
     total = t.per_device_eval_batch_size * world_size

@@ -178,7 +178,7 @@ def quantized_bytes_per_weight(q) -> float:
 def lora_params(
     hidden: int, q_dim: int, kv_dim: int, intermediate: int, layers: int, vocab: int, r: int, targets
 ) -> int:
-    """Adapter parameters: r x (in + out) for every targeted linear layer."""
+    """Adapter parameters: r x (in + out) for every targeted layer (an embedding's in is the vocabulary)."""
     shapes = {
         "q_proj": (hidden, q_dim),
         "k_proj": (hidden, kv_dim),
@@ -189,8 +189,8 @@ def lora_params(
         "down_proj": (intermediate, hidden),
     }
     per_layer = sum(r * sum(shapes[t]) for t in targets if t in shapes)
-    head = r * (hidden + vocab) if "lm_head" in targets else 0
-    return per_layer * layers + head
+    once = r * (hidden + vocab) * sum(t in targets for t in ("lm_head", "embed_tokens"))  # not per layer
+    return per_layer * layers + once
 
 
 def lora_trainable(cfg: DictConfig) -> int:

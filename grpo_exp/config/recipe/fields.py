@@ -1,0 +1,322 @@
+"""A recipe's fields at their grpo_exp keys: TRL's GRPOConfig fields verbatim, its script arguments and
+open-r1's through config/keys.py's homes, and the forms of older TRL releases (`vllm_device`, YAML's
+booleans for words, the eval split its scripts read)."""
+
+import re
+
+import yaml
+
+from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path
+from grpo_exp.config import keys
+from grpo_exp.config.recipe.experiment import Experiment, literal
+from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
+from grpo_exp.config.trl_schema import CHOICES, TrainerFields, VllmFields
+
+TRAINER_FIELDS = set(TrainerFields.__dataclass_fields__)
+VLLM_FIELDS = set(VllmFields.__dataclass_fields__)
+# Reward names -> grpo_exp's closest function and what it reads: open-r1's (accuracy, format, tag_count
+# are its defaults) and TRL's `trl grpo` names (importable from trl itself).
+REWARDS = {
+    "accuracy": (
+        "grpo_exp.training.rewards.correctness",
+        "open-r1's accuracy: the final answer against the `solution` column",
+    ),
+    "format": (
+        "grpo_exp.training.rewards.think_answer_format",
+        "open-r1's format: <think>..</think><answer>..</answer>",
+    ),
+    "tag_count": ("grpo_exp.training.rewards.tag_count", "open-r1's tag_count: 0.25 per think/answer tag"),
+    "accuracy_reward": ("trl.rewards.accuracy_reward", "TRL's own (math_verify against `solution`)"),
+    "reasoning_accuracy_reward": ("trl.rewards.reasoning_accuracy_reward", "TRL's own"),
+    "think_format_reward": ("trl.rewards.think_format_reward", "TRL's own"),
+}
+OPEN_R1_DEFAULT_REWARDS = ["accuracy", "format", "tag_count"]
+OPEN_R1_KEYS = {
+    "dataset_prompt_column",
+    "system_prompt",
+    "benchmarks",
+    "callbacks",
+    "chat_template",
+    "hub_model_revision",
+}
+# Fields whose value, when it is this one, is what grpo_exp does anyway: noted, not refused. Another value
+# would change the run, and is refused with the field's home note.
+WHAT_GRPO_EXP_DOES = {
+    "dataset_streaming": False,
+    "lora_task_type": "CAUSAL_LM",
+    "use_rslora": False,
+    "use_dora": False,
+    "load_in_4bit": False,
+    "load_in_8bit": False,
+    "bnb_4bit_quant_storage": "uint8",
+}
+# TRL's ModelConfig quantization fields -> model.quantization (peft=qlora): resolved once use_peft is known.
+QUANTIZATION_FIELDS = {
+    "load_in_4bit": "bits",
+    "load_in_8bit": "bits",
+    "bnb_4bit_quant_type": "quant_type",
+    "use_bnb_nested_quant": "double_quant",
+}
+# YAML 1.1 reads an unquoted no/off/yes/on as a boolean: for a field with a fixed set of words, the word meant.
+_YAML_BOOL_WORDS = {False: ("no", "off", "false"), True: ("yes", "on", "true")}
+
+
+def _shipped_model(name_or_path: str) -> str | None:
+    """The conf/model option for a hub id grpo_exp ships numbers for (plans offline)."""
+    for path in sorted((CONF_DIR / "model").glob("*.yaml")):
+        if yaml.safe_load(path.read_text()).get("name_or_path") == name_or_path:
+            return path.stem
+    return None
+
+
+def _is_text(value) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def rewards(exp: Experiment, names, source: str) -> None:
+    if isinstance(names, str):  # one name, as `--reward_funcs accuracy` gives it
+        names = [names]
+    if not isinstance(names, list) or not all(_is_text(n) for n in names):
+        exp.lack(source, f"{names!r}: a list of reward function names or dotted import paths")
+        return
+    # data=hf's own rewards are switched off (a null entry removes a reward): the recipe's replace them
+    for default in yaml.safe_load((CONF_DIR / "data" / "hf.yaml").read_text()).get("rewards", {}):
+        exp.set(f"data.rewards.{default}", None, f"data=hf's default reward, not in the recipe's {source}", source)
+    for name in names:
+        if name in REWARDS:
+            target, note = REWARDS[name]
+            exp.set(f"data.rewards.{name}", {"_target_": target}, f"{source}: {name} ({note})", source)
+        elif re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)+", name):
+            exp.set(f"data.rewards.{name.rsplit('.', 1)[-1]}", {"_target_": name}, f"{source}: {name}", source)
+        else:
+            exp.lack(
+                f"{source}: {name}",
+                "no grpo_exp reward of that name; give its dotted import path, or write one (README: reward function)",
+            )
+    if any(REWARDS.get(n, ("",))[0].endswith("correctness") for n in names):
+        exp.set("data.answer_column", "solution", f"{source}: open-r1's accuracy reads the `solution` column", source)
+
+
+def _choice_word(key: str, value):
+    """A YAML boolean given to a field of words (`eval_strategy: no` unquoted reads as false): the word meant."""
+    allowed = CHOICES.get(key)
+    if isinstance(value, bool) and allowed:
+        return next((word for word in _YAML_BOOL_WORDS[value] if word in allowed), value)
+    return value
+
+
+def _lora_targets(exp: Experiment, name: str, value) -> None:
+    if value == "all-linear":
+        exp.set("peft.target_modules", list(DECODER_LINEAR_LAYERS), name)
+    elif _is_text(value) and value.isidentifier():
+        exp.set("peft.target_modules", [value], name)
+    elif isinstance(value, list) and value and all(_is_text(v) and v.isidentifier() for v in value):
+        exp.set("peft.target_modules", list(value), name)
+    else:
+        exp.lack(name, f"{value!r}: grpo_exp takes module names (a list such as [q_proj, v_proj], or all-linear)")
+
+
+def recipe_field(exp: Experiment, name: str, value) -> None:
+    """One field of a TRL / open-r1 recipe at its grpo_exp key."""
+    alias = keys.ALIASES.get(f"trainer.{name}") or keys.ALIASES.get(f"vllm.{name.removeprefix('vllm_')}")
+    home = keys.HOMES.get(name)
+    if (
+        name in WHAT_GRPO_EXP_DOES
+        and type(value) is type(WHAT_GRPO_EXP_DOES[name])
+        and value == WHAT_GRPO_EXP_DOES[name]
+    ):
+        exp.ignore(name, value, "what grpo_exp does anyway")
+    elif alias is not None:  # a deprecated name: written at the key it resolves to
+        exp.set(alias.canonical, value, name)
+    elif name in TRAINER_FIELDS:
+        exp.set(f"trainer.{name}", _choice_word(f"trainer.{name}", value), name)
+    elif name.startswith("vllm_") and name.removeprefix("vllm_") in VLLM_FIELDS:
+        key = f"vllm.{name.removeprefix('vllm_')}"
+        exp.set(key, _choice_word(key, value), name)
+    elif name == "use_vllm":
+        if not isinstance(value, bool):
+            exp.lack(name, f"{value!r}: true or false")
+        else:  # TRL 1.x's default mode (colocate); vllm_mode or TRL <= 0.16's vllm_device says otherwise
+            exp.choose("vllm", "colocate" if value else "off", name, replace=False)
+    elif name == "vllm_mode":
+        if value in ("colocate", "server"):
+            exp.choose("vllm", value, name)
+        else:
+            exp.lack(name, f"{value!r}: colocate or server")
+    elif name in LATER:
+        exp.later[name] = value  # resolve_later(): it depends on other fields or the launch
+    elif name == "output_dir":  # each run gets its own dir under the recipe's output_dir
+        if not _is_text(value):
+            exp.lack(name, f"{value!r}: a directory")
+        else:
+            run_dir = f"{literal(value)}/${{now:%Y-%m-%d_%H-%M-%S}}_${{run_id:}}"
+            exp.set("hydra.run.dir", run_dir, f"{name}: one run dir per run below it", interpolate=True)
+    elif name == "report_to":
+        targets = [value] if isinstance(value, str) else value if isinstance(value, list) else None
+        if targets is None or not all(isinstance(t, str) for t in targets):
+            exp.lack(name, f"{value!r}: a tracker name or a list of them")
+        elif set(targets) - {"wandb", "none"}:
+            exp.lack(name, f"{targets}: grpo_exp tracks runs with W&B (logger=wandb) or nothing (logger=none)")
+        else:
+            exp.choose("logger", "wandb" if "wandb" in targets else "none", name)
+    elif name in ("run_name", "seed"):
+        exp.set(name, value, name)
+    elif name == "ddp_timeout":
+        exp.set("topology.collective_timeout_s", value, name)
+    elif name == "deepspeed":
+        exp.lack(name, "give the DeepSpeed JSON with --deepspeed <file>")
+    elif name in OWNED_TRAINER_FIELDS:
+        exp.lack(name, f"grpo_exp sets it itself: {OWNED_TRAINER_FIELDS[name]}")
+    elif name == "model_name_or_path":
+        if not _is_text(value):
+            exp.lack(name, f"{value!r}: a hub model id or a local model directory")
+            return
+        shipped = _shipped_model(value)
+        exp.choose("model", shipped or "auto", name)
+        if shipped is None:
+            exp.set("model.name_or_path", value, name)
+    elif name in ("dtype", "torch_dtype"):
+        dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(str(value), value)
+        exp.set("model.dtype", "auto" if dtype in (None, "auto") else str(dtype), name)
+    elif name == "use_peft":
+        if not isinstance(value, bool):
+            exp.lack(name, f"{value!r}: true or false")
+        else:
+            exp.choose("peft", "lora" if value else "none", name)
+    elif name == "lora_target_modules":
+        _lora_targets(exp, name, value)
+    elif name == "dataset_name":
+        if not _is_text(value):
+            exp.lack(name, f"{value!r}: a hub dataset id or a local file or directory")
+            return
+        exp.choose("data", "hf", name)
+        exp.set(
+            "data.path",
+            value,
+            f"{name} ({'a local file or directory' if is_local_path(value) else 'a hub dataset id'})",
+        )
+    elif name == "datasets":  # trl 1.x's DatasetMixtureConfig: one dataset is data.path, a mixture has no home
+        _mixture(exp, name, value)
+    elif name == "reward_funcs":
+        rewards(exp, value, name)
+    elif name == "warmup_ratio":
+        exp.set("trainer.warmup_steps", value, f"{name} (transformers 5: a warmup_steps below 1 is a ratio)")
+    elif home is not None and home.ignored:
+        exp.ignore(name, value, home.note)
+    elif home is not None and home.key is not None:
+        exp.set(home.key, value, name)
+    elif home is not None:
+        exp.lack(name, home.note)
+    else:
+        exp.lack(name, "not a field of TRL's GRPOConfig, its script arguments or open-r1's")
+
+
+def _mixture(exp: Experiment, name: str, value) -> None:
+    datasets = value if isinstance(value, list) else None
+    if not datasets:
+        exp.ignore(name, value, "an empty mixture: TRL's script then reads dataset_name") if datasets == [] else None
+        if datasets is None:
+            exp.lack(name, f"{value!r}: TRL's dataset mixture is a list of {{path, name, split, ...}}")
+        return
+    one = datasets[0] if len(datasets) == 1 and isinstance(datasets[0], dict) else None
+    if one is None or not _is_text(one.get("path")) or set(one) - {"path", "name", "split", "columns"}:
+        exp.lack(name, "a mixture of datasets (or one with data_dir/data_files/fraction): grpo_exp reads one dataset")
+        return
+    exp.choose("data", "hf", name)
+    exp.set("data.path", one["path"], f"{name}[0].path", name)
+    for key, target in (("name", "data.subset"), ("split", "data.split")):
+        if one.get(key) is not None:
+            exp.set(target, one[key], f"{name}[0].{key}", name)
+
+
+# Fields read once the whole recipe and its launch are known (use_vllm, use_peft, the number of trainers, the
+# model's dtype, whether it evaluates): each is resolved by the function of its name in resolve_later().
+LATER = {
+    "vllm_device",
+    "vllm_dtype",
+    "dataset_test_split",
+    "load_in_4bit",
+    "load_in_8bit",
+    "bnb_4bit_quant_type",
+    "use_bnb_nested_quant",
+}
+
+
+def resolve_later(exp: Experiment, trainers: int | None) -> None:
+    if "vllm_device" in exp.later:
+        _vllm_device(exp, exp.later["vllm_device"], trainers)
+    if "vllm_dtype" in exp.later:
+        _vllm_dtype(exp, exp.later["vllm_dtype"])
+    _evaluation(exp, exp.later.get("dataset_test_split"))
+    _quantization(exp, {k: v for k, v in exp.later.items() if k in QUANTIZATION_FIELDS})
+
+
+def _vllm_device(exp: Experiment, device, trainers: int | None) -> None:
+    """TRL <= 0.16's `vllm_device`: vLLM on a GPU of its own beside the trainers (`auto`: the next one after
+    them, `cuda:N`: that one). grpo_exp's form of that layout is vllm=server with one reserved GPU."""
+    if exp.groups.get("vllm") in (None, "off"):
+        exp.ignore("vllm_device", device, "use_vllm is false: TRL never started vLLM")
+        return
+    index = re.fullmatch(r"cuda:(\d+)", str(device))
+    if device != "auto" and index is None:
+        exp.lack("vllm_device", f"{device!r}: TRL <= 0.16 took auto or cuda:<N>")
+        return
+    if index is not None and trainers is not None and int(index.group(1)) < trainers:
+        exp.lack(
+            "vllm_device",
+            f"{device} is one of the {trainers} training GPUs (TRL <= 0.16 then shared it with that rank); grpo_exp "
+            "gives vLLM GPUs of its own (vllm=server) or a share of every GPU (vllm=colocate)",
+        )
+        return
+    exp.choose("vllm", "server", "vllm_device")
+    exp.set("vllm.gpus", 1, f"vllm_device: {device} (TRL <= 0.16: vLLM on a GPU of its own beside the trainers)")
+    exp.notes.append(f"vllm_device {device}: vLLM serves from one GPU of its own (vllm=server, vllm.gpus=1)")
+
+
+def _vllm_dtype(exp: Experiment, dtype) -> None:
+    """TRL <= 0.16's `vllm_dtype`: grpo_exp's vLLM serves in model.dtype, so the field carries over when it
+    says the same (or auto: the checkpoint's own)."""
+    said = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16"}.get(str(dtype), dtype)
+    model = exp.values.get("model.dtype", ("auto",))[0]
+    if said in (None, "auto", model) or (model == "auto" and said == "bfloat16"):
+        exp.ignore("vllm_dtype", dtype, f"vLLM serves in model.dtype ({model}), as the recipe's vLLM did")
+    else:
+        exp.lack("vllm_dtype", f"{dtype!r}: grpo_exp's vLLM serves in model.dtype ({model}); set torch_dtype alike")
+
+
+def _evaluation(exp: Experiment, test_split) -> None:
+    """TRL's and open-r1's scripts evaluate on dataset[dataset_test_split] (default "test") when
+    eval_strategy is not "no": the held-out prompts are that split of the same dataset."""
+    strategy = exp.values.get("trainer.eval_strategy", ("no",))[0]
+    if strategy in ("no", None, False):
+        if test_split is not None:
+            exp.ignore("dataset_test_split", test_split, "read only when eval_strategy is not no")
+        return
+    if test_split is not None and not _is_text(test_split):
+        exp.lack("dataset_test_split", f"{test_split!r}: a split name")
+    elif test_split is not None:
+        exp.set("data.eval_split", test_split, "dataset_test_split")
+    else:
+        exp.set("data.eval_split", "test", "eval_strategy (TRL's scripts evaluate on dataset_test_split, default test)")
+
+
+def _quantization(exp: Experiment, q: dict) -> None:
+    """TRL's load_in_4bit / load_in_8bit (with bnb_4bit_quant_type, use_bnb_nested_quant) under use_peft: the
+    base weights quantized, LoRA adapters on top, which grpo_exp's peft=qlora is. Without adapters TRL would
+    try to train the quantized weights themselves: refused."""
+    if not q:
+        return
+    bits = 8 if q.get("load_in_8bit") is True else 4 if q.get("load_in_4bit") is True else None
+    if bits is None:
+        for name, value in q.items():
+            exp.ignore(name, value, "no 4- or 8-bit loading was asked for (load_in_4bit / load_in_8bit)")
+        return
+    source = "load_in_8bit" if bits == 8 else "load_in_4bit"
+    if exp.groups.get("peft") != "lora":
+        exp.lack(source, "quantized base weights cannot train: TRL needs use_peft: true beside it (peft=qlora)")
+        return
+    exp.choose("peft", "qlora", "use_peft")
+    exp.set("model.quantization.bits", bits, f"{source} (peft=qlora)")
+    for name, key in (("bnb_4bit_quant_type", "quant_type"), ("use_bnb_nested_quant", "double_quant")):
+        if name in q:
+            exp.set(f"model.quantization.{key}", q[name], name)
