@@ -1,7 +1,8 @@
 """grpo_exp: GRPO experiments on TRL + vLLM + DeepSpeed + PEFT from one Hydra config (README.md).
 
-Entry points: `python -m grpo_exp` (the driver), `python -m grpo_exp.compare`, `.dashboard`,
-`.model_info`, `.calibrate`; workers run `python -m grpo_exp.training.worker <run dir>/config.yaml`.
+One command: `grpo-exp` (= `python -m grpo_exp`: a run) and its subcommands `grpo-exp compare | dashboard |
+recipe | model-info | calibrate` (__main__.py); workers run `python -m grpo_exp.training.worker <run
+dir>/config.yaml`.
 The subpackages are the stages of a run, in order: config, planning, launching, training, results.
 
 This module holds the few facts every stage shares; nothing here imports beyond the standard library.

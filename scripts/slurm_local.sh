@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node SLURM cluster on this Debian machine, for the tests that need a real sbatch
-# (tests/test_slurm_real.py). Run as root; idempotent: a second run finds it up and returns.
+# (tests/launching/test_slurm_real.py). Run as root; idempotent: a second run finds it up and returns.
 #
 #   sudo bash scripts/slurm_local.sh          # install, configure, start; prints "slurm ready"
 #   sudo bash scripts/slurm_local.sh stop     # stop the daemons (the packages and config stay)

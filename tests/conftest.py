@@ -1,20 +1,14 @@
-"""Shared fixtures: compose configs in-process (Hydra compose API) and run the real CLI."""
+"""Fixtures (helpers.py holds the functions tests share): the session's tiny-model cache, the real runs
+several tests read (made once per session, each on one xdist worker), the CLI in a temp dir, drivers in
+the background, saved models of other families."""
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig
 
-from grpo_exp.config.schema import register_configs
-
-REPO = Path(__file__).resolve().parent.parent
-CONF = REPO / "conf"
-register_configs()
+from tests.helpers import EXTRA_FIELDS, SECRETS, compose_cfg, kill_all, run_driver, start_driver
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # make test runs two workers on 2 cores: one torch thread each
     # (their training processes inherit it). Two processes with a thread per core each slow every op
@@ -48,95 +42,15 @@ def _mark_groups_in_test_ids(items) -> None:
             item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")
 
 
-def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-
-
-def compose_cfg(*overrides: str, hydra_config: bool = False) -> DictConfig:
-    """The config `python -m grpo_exp <overrides>` would run (with the `hydra` node if asked). Hydra is
-    initialised once per test process: re-initialising it costs more than the compose itself."""
-    if not GlobalHydra.instance().is_initialized():
-        initialize_config_dir(str(CONF), version_base="1.3")
-    return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
-
-
-def driver_report(*items: str, gpus: int = 0):
-    """What the driver reports for these command-line overrides, in-process, and the checked config
-    (None when it did not compose): the pre-scan of unknown keys, composing, then the staged checks."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from grpo_exp.__main__ import check, deepspeed_override
-    from grpo_exp.config import errors, overrides
-
-    items = [deepspeed_override(i) for i in items]
-    unknown = overrides.unknown(items)
-    found = [str(p) for p in unknown.values()]
-    try:
-        cfg = compose_cfg(*[i for i in items if i not in unknown])
-    except (HydraException, OmegaConfBaseException, ValueError, OverflowError) as exc:
-        return "\n".join([*found, errors.explain(exc)]), None
-    _, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=gpus, explicit=set(overrides.values(items)))
-    return "\n".join(found + [str(p) for p in problems]), cfg
-
-
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
     """One tiny-model cache for the session (GRPO_EXP_CACHE), unless the caller set one."""
     return Path(os.environ.get("GRPO_EXP_CACHE") or tmp_path_factory.mktemp("grpo_exp_cache"))
 
 
-def driver_env(model_cache: Path, **extra: str) -> dict[str, str]:
-    """The environment every test's driver runs in: this checkout importable, the session's tiny-model
-    cache, W&B quiet and never online (no API key unless a test passes one in `extra`)."""
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
-    for name in ("WANDB_API_KEY", "PYTHONWARNINGS"):
-        env.pop(name, None)
-    return {**env, **extra}
-
-
-def run_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, timeout: int = 600):
-    """`python -m grpo_exp <args>` to its end, as a user runs it: the CompletedProcess (text output)."""
-    return subprocess.run(
-        [sys.executable, "-m", "grpo_exp", *args],
-        cwd=cwd,
-        env=driver_env(model_cache, **(env or {})),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def start_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
-    """`python -m grpo_exp <args>` in the background: the Popen, stdout and stderr merged into one text
-    pipe unless `popen` says otherwise (a driver nobody reads for minutes needs DEVNULL: a full pipe blocks it)."""
-    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
-    return subprocess.Popen(
-        [sys.executable, "-m", "grpo_exp", *args],
-        cwd=cwd,
-        env=driver_env(model_cache, **(env or {})),
-        text=True,
-        **popen,
-    )
-
-
 # --- runs many tests read ------------------------------------------------------------------------
 # Each training run costs seconds of start-up (driver, worker imports, W&B); a run several tests
 # can read is made once per session, on first use, and read-only after that.
-
-SECRETS = {
-    "WANDB_API_KEY": "marker-wandb-0f9e8d7c",
-    "HF_TOKEN": "hf_marker_1a2b3c4d",
-    "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b",
-}
-# GRPOConfig fields beyond grpo_exp's own YAML (test_e2e_config checks they reach the worker's GRPOConfig)
-EXTRA_FIELDS = (
-    "trainer.save_total_limit=2",
-    "trainer.epsilon_high=0.28",
-    "trainer.min_p=0.05",
-    "trainer.beta=0.04",
-    "trainer.sync_ref_model=true",
-)
 
 
 def _shared_run(tmp_path_factory, model_cache, name: str, *args: str, env: dict | None = None, multirun=False):
@@ -201,17 +115,6 @@ def cli(model_cache, tmp_path):
         ), run_dir
 
     return run
-
-
-def kill_all(processes) -> None:
-    """SIGKILL each of `processes` (Popen or psutil.Process) that is still there."""
-    import psutil
-
-    for proc in processes:
-        try:
-            proc.kill()
-        except (psutil.NoSuchProcess, ProcessLookupError):
-            pass
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import driver_report as conftest_report
-
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from tests.helpers import FIXTURES
+from tests.helpers import report as conftest_report
 
 BAD_INPUTS = {
     "unknown group option": (["model=qwen7"], "model=qwen7: no such option", "qwen7b"),
@@ -140,10 +139,21 @@ def test_console_script_is_the_same_cli():
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
     script = Path(sys.executable).parent / "grpo-exp"
     script = str(script) if script.exists() else shutil.which("grpo-exp")
     assert script, "the grpo-exp console script is not installed"
     result = subprocess.run([script, "--cfg", "job", "model=qwen3-8b"], capture_output=True, text=True)
     assert result.returncode == 0 and "name_or_path: Qwen/Qwen3-8B" in result.stdout
+
+
+def test_driver_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, grpo_exp.__main__, grpo_exp.config.checks, grpo_exp.planning.checks; "
+        "print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

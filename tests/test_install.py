@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.mark.slow

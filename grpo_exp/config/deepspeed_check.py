@@ -9,7 +9,7 @@ knows (`zero_optimisation`) is reported.
 
 Importing deepspeed imports torch (~3 s on 2 cores, most of a 512-node plan), so the models run only
 on sections that differ from every shipped option (conf/deepspeed/*.yaml): those are checked against
-DeepSpeed's models by tests/test_validate.py, and `deepspeed=zero3` plans without importing deepspeed.
+DeepSpeed's models by tests/config/test_deepspeed_check.py, and `deepspeed=zero3` plans without importing deepspeed.
 """
 
 import contextlib

@@ -45,9 +45,8 @@ def explain(exc: Exception) -> str:
     # Hydra re-raises OmegaConf's error while composing a file (an experiment's value) without `from`: the
     # original, which names the key, is then the implicit context.
     cause = exc.__cause__ or (exc.__context__ if isinstance(exc.__context__, OmegaConfBaseException) else None) or exc
-    named = re.search(
-        r"full_key: (\S+)", str(cause)
-    )  # OmegaConf names the key in the message of errors it does not type
+    # OmegaConf names the key in the message of errors it does not type
+    named = re.search(r"full_key: (\S+)", str(cause))
     key = getattr(cause, "full_key", None) or (named.group(1) if named else None)
     if key and isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         return str(unknown_key(key))

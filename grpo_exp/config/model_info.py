@@ -2,7 +2,7 @@
 hand-written YAML.
 
     python -m grpo_exp model=auto model.name_or_path=/models/my-mistral        # numbers filled in here
-    python -m grpo_exp.model_info /models/my-mistral --name my-mistral         # writes conf/model/my-mistral.yaml
+    grpo-exp model-info /models/my-mistral --name my-mistral         # writes conf/model/my-mistral.yaml
 
 `complete(cfg.model)` fills every architecture number the model group leaves unset (model=auto)
 from config.json: a local directory, the local HF cache, or that one small file from the hub when
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from grpo_exp import CONF_DIR, Problem, is_local_path
+from grpo_exp import Problem, is_local_path
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (
@@ -131,9 +131,8 @@ def read_architecture(config_json: Path) -> dict:
         numbers["max_position_embeddings"] = 2048
         notes.append("config.json has no max_position_embeddings: 2048 assumed for vLLM's context")
     quantization = _quantization(config.get("quantization_config"))
-    weights = (
-        {} if quantization else _safetensors_shapes(Path(config_json).parent)
-    )  # quantized tensors are packed: counted on meta
+    # quantized tensors are packed: counted on meta
+    weights = {} if quantization else _safetensors_shapes(Path(config_json).parent)
     tied = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
     if weights:
         tied = not any(name.endswith("lm_head.weight") for name in weights)
@@ -348,7 +347,7 @@ def lora_layer_names(model: DictConfig) -> list[str]:
 def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
     """conf/model/<name>.yaml for `arch` (read_architecture's result), commented like the shipped ones."""
     lines = [
-        f"# {name_or_path}. Architecture numbers from its config.json (python -m grpo_exp.model_info), so",
+        f"# {name_or_path}. Architecture numbers from its config.json (grpo-exp model-info), so",
         "# planning needs no download.",
         f"name: {name}",
         f"name_or_path: {name_or_path}  # hub id, or a local directory holding the same files",
@@ -375,11 +374,13 @@ def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m grpo_exp.model_info", description="Write conf/model/<name>.yaml from a model's config.json."
+        prog="grpo-exp model-info", description="Write conf/model/<name>.yaml from a model's config.json."
     )
     parser.add_argument("name_or_path", help="local model directory or hub id")
     parser.add_argument("--name", help="option name (default: the directory or repo name, lower-cased)")
-    parser.add_argument("--out", type=Path, default=CONF_DIR / "model", help="where the YAML goes")
+    parser.add_argument(
+        "--out", type=Path, default=Path("conf") / "model", help="where the YAML goes (default: ./conf/model)"
+    )
     parser.add_argument("--print", action="store_true", help="print the YAML instead of writing it")
     args = parser.parse_args(argv)
     try:
@@ -396,7 +397,3 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(text)
     print(f"wrote {path}: use model={name}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

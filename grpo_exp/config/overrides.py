@@ -1,7 +1,7 @@
 """Command-line overrides, read with Hydra's own parser.
 
 Hydra stops composing at the first unknown key, so a recipe carried over with eight renamed keys
-would be fixed one run at a time. `split_unknown` reads every override first: keys the schema does
+would be fixed one run at a time. `unknown` reads every override first: keys the schema does
 not have are reported together (each with its home, config/keys.py) and left out of the
 composition, so the rest of the config is still checked in the same report.
 """

@@ -3,7 +3,7 @@
 conf/config.yaml starts its defaults list with `schema`, so every group file is merged onto these
 dataclasses: Hydra itself then rejects an unknown key or a wrongly typed value at compose time,
 before any run dir exists. Field names of `TrainerConfig` are GRPOConfig's, verbatim; those of
-`VllmConfig` are GRPOConfig's `vllm_*` fields without the prefix (tests/test_config.py checks both
+`VllmConfig` are GRPOConfig's `vllm_*` fields without the prefix (tests/config/test_schema.py checks both
 against trl). `deepspeed` stays an untyped dict: it is DeepSpeed's own JSON format, which DeepSpeed
 validates.
 
@@ -20,6 +20,9 @@ from omegaconf import MISSING, OmegaConf
 
 from grpo_exp import SWEEPS_DIR
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
+
+# model.dtype's values (and model.quantization.compute_dtype's): torch dtypes by name; auto = the checkpoint's own
+DTYPES = ("bfloat16", "float16", "float32", "auto")
 
 
 @dataclass
@@ -145,7 +148,7 @@ class VllmConfig(VllmFields):
     # fingerprint, and the stop at the end of the run). auto as the ports above (multi-node: 51217).
     agent_port: Any = "auto"
     # A command that plays `trl vllm-serve` where vLLM cannot run: the CPU rehearsal of a serving node
-    # (tests/test_dedicated_vllm.py). Its trainers generate with transformers. null: the real server.
+    # (tests/launching/test_serving.py). Its trainers generate with transformers. null: the real server.
     standin: Optional[str] = None
 
 
@@ -195,7 +198,7 @@ class SlurmConfig:
     signal_delay_s: int = 120
     max_requeues: int = 3
     # Sweeps: trials run as concurrent jobs, at most max_parallel at once. wait=false submits and
-    # returns with the job ids (python -m grpo_exp.compare <dirs> follows them).
+    # returns with the job ids (grpo-exp compare <dirs> follows them).
     max_parallel: int = 4
     wait: bool = True
 
@@ -249,7 +252,7 @@ class PreflightConfig:
     # saves memory; exit 3 if none fits). Applied changes are listed in `fitted` ("key: old -> new").
     on_oom: str = "refuse"
     fitted: List[str] = field(default_factory=list)
-    # A file from `python -m grpo_exp.calibrate <measured runs>`: per-component correction factors the
+    # A file from `grpo-exp calibrate <measured runs>`: per-component correction factors the
     # planner applies to plans on the same kind of device (null: the formulas as they are).
     calibration: Optional[str] = None
 

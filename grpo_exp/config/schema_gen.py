@@ -47,7 +47,7 @@ def _annotation(tp) -> tuple[str, tuple[str, ...] | None]:
         args = [str]
     if any(typing.get_origin(a) is dict or a is dict for a in args):  # dict | str (a JSON string on TRL's CLI)
         # Any, not Optional[Dict]: OmegaConf cannot merge `key={a: 1}` into a None that is typed
-        # as a dict; validate.py checks that the value is a mapping (DICT_FIELDS).
+        # as a dict; config/checks.py checks that the value is a mapping (DICT_FIELDS).
         return "Any", "dict"
     if len(args) == 1 and args[0] in (int, float, bool, str):
         text = args[0].__name__
@@ -120,6 +120,8 @@ def render() -> str:
             dicts.append(key)
         elif enum_choices:
             choices[key] = enum_choices
+        elif f.metadata.get("choices"):  # a str field whose argparse choices transformers lists (ddp_backend)
+            choices[key] = tuple(f.metadata["choices"])
     choice_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in sorted(choices.items()))
     scheduler_lines = "".join(f"    {k!r}: {v!r},\n" for k, v in _scheduler_kwargs().items())
     from transformers.debug_utils import DebugOption
@@ -136,7 +138,7 @@ def render() -> str:
         "from dataclasses import dataclass, field\n"
         f"from typing import {typing_names}\n\n"
         f"TRL_VERSION = {trl.__version__!r}\n\n"
-        "# Fields typed by an enum in transformers: the only values GRPOConfig accepts.\n"
+        "# Fields typed by an enum in transformers, or given argparse choices: the only values GRPOConfig accepts.\n"
         f"CHOICES = {{\n{choice_lines}}}\n\n"
         "# Fields that take a mapping (TRL also accepts a JSON string on its own CLI; here YAML writes the dict).\n"
         f"DICT_FIELDS = {tuple(dicts)!r}\n\n"

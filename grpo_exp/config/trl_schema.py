@@ -10,14 +10,19 @@ from typing import Any, List, Optional
 
 TRL_VERSION = '1.16.0'
 
-# Fields typed by an enum in transformers: the only values GRPOConfig accepts.
+# Fields typed by an enum in transformers, or given argparse choices: the only values GRPOConfig accepts.
 CHOICES = {
+    'trainer.dataloader_multiprocessing_context': ('fork', 'spawn', 'forkserver'),
+    'trainer.ddp_backend': ('nccl', 'gloo', 'mpi', 'xccl', 'hccl', 'cncl', 'mccl'),
     'trainer.eval_strategy': ('no', 'steps', 'epoch'),
     'trainer.hub_strategy': ('end', 'every_save', 'checkpoint', 'all_checkpoints'),
+    'trainer.log_level': ('detail', 'debug', 'info', 'warning', 'error', 'critical', 'passive'),
+    'trainer.log_level_replica': ('detail', 'debug', 'info', 'warning', 'error', 'critical', 'passive'),
     'trainer.logging_strategy': ('no', 'steps', 'epoch'),
     'trainer.lr_scheduler_type': ('linear', 'cosine', 'cosine_with_restarts', 'polynomial', 'constant', 'constant_with_warmup', 'inverse_sqrt', 'reduce_lr_on_plateau', 'cosine_with_min_lr', 'cosine_warmup_with_min_lr', 'warmup_stable_decay', 'greedy'),
     'trainer.optim': ('adamw_torch', 'adamw_torch_fused', 'adamw_torch_xla', 'adamw_torch_npu_fused', 'adafactor', 'adamw_anyprecision', 'adamw_torch_4bit', 'adamw_torch_8bit', 'ademamix', 'sgd', 'adagrad', 'adamw_bnb_8bit', 'adamw_8bit', 'ademamix_8bit', 'lion_8bit', 'lion_32bit', 'paged_adamw_32bit', 'paged_adamw_8bit', 'paged_ademamix_32bit', 'paged_ademamix_8bit', 'paged_lion_32bit', 'paged_lion_8bit', 'rmsprop', 'rmsprop_bnb', 'rmsprop_bnb_8bit', 'rmsprop_bnb_32bit', 'galore_adamw', 'galore_adamw_8bit', 'galore_adafactor', 'galore_adamw_layerwise', 'galore_adamw_8bit_layerwise', 'galore_adafactor_layerwise', 'lomo', 'adalomo', 'grokadamw', 'schedule_free_radam', 'schedule_free_adamw', 'schedule_free_sgd', 'apollo_adamw', 'apollo_adamw_layerwise', 'stable_adamw'),
     'trainer.save_strategy': ('no', 'steps', 'epoch', 'best'),
+    'trainer.train_sampling_strategy': ('random', 'sequential', 'group_by_length', 'batch_rebalance'),
 }
 
 # Fields that take a mapping (TRL also accepts a JSON string on its own CLI; here YAML writes the dict).

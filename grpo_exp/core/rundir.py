@@ -18,6 +18,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.core import metrics
+
 CONFIG = "config.yaml"
 PLAN = "plan.json"
 LOG = "train.log"
@@ -105,7 +107,7 @@ MEASURED_PEAK_STATS = ("reserved_max", "device_used_max", "host_rss_max")
 def measured_peak(summary: dict, phase: str | None = None) -> tuple[str, float] | None:
     """(stat, GiB) of the run's measured training peak (in `phase`, if given), or None if nothing was measured."""
     for stat in MEASURED_PEAK_STATS:
-        value = summary.get(f"memory/peak_phase/{phase}/{stat}_gib" if phase else f"memory/peak/train/{stat}_gib")
+        value = summary.get(metrics.peak_phase(phase, stat) if phase else metrics.peak("train", stat))
         if value is not None:
             return stat, value
     return None
@@ -125,9 +127,13 @@ def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(_jsonable(data), indent=2) + "\n")
 
 
+def read_json(path: Path) -> dict:
+    """A JSON file of the run dir, or {} where it is not (yet) written."""
+    return json.loads(Path(path).read_text()) if Path(path).exists() else {}
+
+
 def read_summary(run_dir: Path) -> dict:
-    path = Path(run_dir) / SUMMARY
-    return json.loads(path.read_text()) if path.exists() else {}
+    return read_json(Path(run_dir) / SUMMARY)
 
 
 def write_rank_record(run_dir: Path, rank: int, record: dict) -> None:

@@ -38,10 +38,11 @@ def preflight(
     generation batch takes (`prompts_per_batch` distinct prompts, when the batch is known). Hub
     datasets and folders of data files are not read here (the worker reports those)."""
     if cfg.loader == "toy_math":
+        # it generates data.num_samples rows
         columns, rows = (
             {"prompt", "answer"},
             None if cfg.num_samples else TOY_MATH_ROWS,
-        )  # it generates data.num_samples rows
+        )
         where = "toy_math"
     elif cfg.path is None:
         return [

@@ -19,11 +19,12 @@ from omegaconf import DictConfig
 from grpo_exp import Problem
 
 AUTO = "auto"
+# key -> multi-node default (TRL's)
 VLLM_PORTS = {
     "vllm.server_port": 8000,
     "vllm.group_port": 51216,
     "vllm.agent_port": 51217,
-}  # key -> multi-node default (TRL's)
+}
 
 
 def is_free(port: int) -> bool:

@@ -1,7 +1,7 @@
 """Stage 3 of the checks, the launch preflight: what this machine can run. `action=run` starts this
-node's share here, so its GPUs, the ports it will open, the model directory and the data files it
-will read are checked before anything starts; `action=plan` skips this stage (a plan can be made on
-any machine, away from the data).
+node's share here, so its GPUs, the ports it will open, the launcher, the model directory and the data
+files it will read are checked before anything starts. `action=plan` checks only the data files that are
+on this machine (a plan can be made anywhere, away from the data): what it could not reach is a note.
 """
 
 from pathlib import Path
@@ -97,6 +97,34 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
         + data_files.preflight(cfg.data, reward_columns(cfg), per_batch)
         + _eval_data(cfg)
     )
+
+
+def check_data(cfg: DictConfig, plan, batch_known: bool = True) -> list[Problem]:
+    """action=plan: the data files of the run that are on this machine, checked as action=run checks them
+    (unchecked_data notes the others)."""
+    per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
+    problems = []
+    if cfg.data.loader == "toy_math" or _here(cfg.data.path):
+        problems += data_files.preflight(cfg.data, reward_columns(cfg), per_batch)
+    if _here(cfg.data.eval_path):
+        problems += _eval_data(cfg)
+    return problems
+
+
+def unchecked_data(cfg: DictConfig) -> list[str]:
+    """What a plan could not check of the run's data, as plan notes."""
+    notes = []
+    for key in ("data.path", "data.eval_path"):
+        path = OmegaConf.select(cfg, key)
+        if path is None or _here(path) or (key == "data.path" and cfg.data.loader == "toy_math"):
+            continue
+        where = "is not on this machine" if is_local_path(path) else "is a hub dataset id"
+        notes.append(f"{key} {path} {where}: not checked by the plan (action=run checks it before launch)")
+    return notes
+
+
+def _here(path: str | None) -> bool:
+    return path is not None and Path(path).expanduser().exists()
 
 
 def _eval_data(cfg: DictConfig) -> list[Problem]:

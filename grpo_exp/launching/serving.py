@@ -8,7 +8,7 @@ serving node started with another model, TP size or any other key stops both wit
 the keys, not a hang or a silent mix. When the run ends, however it ends, node 0's driver tells
 the agent (POST /stop) and the serving node stops its server and exits with the run's status.
 
-The agent listens where the vLLM server does (vllm_server.bind_address) on vllm.agent_port.
+The agent listens where the vLLM server does (placement.bind_address) on vllm.agent_port.
 """
 
 import json

@@ -77,7 +77,7 @@ def check_calibration(cfg: DictConfig) -> list[Problem]:
     path = cfg.preflight.calibration
     if not path:
         return []
-    from grpo_exp.planning.planner import load
+    from grpo_exp.planning.calibration import load
 
     try:
         load(path)
@@ -86,7 +86,7 @@ def check_calibration(cfg: DictConfig) -> list[Problem]:
             Problem(
                 "preflight.calibration",
                 f"cannot be read: {exc}",
-                "give a file written by python -m grpo_exp.calibrate <measured run dirs>, or null",
+                "give a file written by grpo-exp calibrate <measured run dirs>, or null",
             )
         ]
     return []

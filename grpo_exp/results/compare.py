@@ -1,9 +1,9 @@
 """Compare runs: a terminal table, a heatmap of peak memory over the two swept axes (OOM cells
 marked), and a self-contained HTML report.
 
-    python -m grpo_exp.compare outputs/batch_x_generations/multirun_2026-11-22_10-00-00
-    python -m grpo_exp.compare run_dir_a run_dir_b --out report/
-    python -m grpo_exp.compare wandb:my-entity/grpo_exp --group batch_x_generations
+    grpo-exp compare outputs/batch_x_generations/multirun_2026-11-22_10-00-00
+    grpo-exp compare run_dir_a run_dir_b --out report/
+    grpo-exp compare wandb:my-entity/grpo_exp --group batch_x_generations
 
 Local run dirs need no W&B: everything comes from summary.json and .hydra/overrides.yaml.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_exp.config.overrides import values
-from grpo_exp.core import rundir
+from grpo_exp.core import metrics, rundir
 
 FAILED_STATUSES = {
     "oom": "OOM",
@@ -52,13 +52,13 @@ class Run:
         """The run's peak memory per training process: GPU reserved if measured, else host RSS;
         for a planned trial, the planner's prediction."""
         if self.planned:
-            return self.summary.get("plan/train/peak_gib")
+            return self.summary.get(metrics.plan_peak("train"))
         found = rundir.measured_peak(self.summary)
         return found[1] if found else None
 
     @property
     def planner_error_pct(self) -> float | None:
-        planned, measured = self.summary.get("plan/train/peak_gib"), self.peak_gib
+        planned, measured = self.summary.get(metrics.plan_peak("train")), self.peak_gib
         return 100 * (planned - measured) / measured if planned is not None and measured else None
 
 
@@ -108,8 +108,8 @@ def rows(runs: list[Run]) -> list[dict]:
                 "run": run.name,
                 **{k: run.overrides.get(k, "") for k in keys},
                 "verdict": "fits" if run.summary.get("fits") else "OOM",
-                "plan GiB": run.summary.get("plan/train/peak_gib"),
-                "vLLM GiB": run.summary.get("plan/vllm/peak_gib"),
+                "plan GiB": run.summary.get(metrics.plan_peak("train")),
+                "vLLM GiB": run.summary.get(metrics.plan_peak(metrics.VLLM)),
                 "top fix": run.summary.get("suggestion") or "",
             }
             for run in runs
@@ -123,10 +123,10 @@ def rows(runs: list[Run]) -> list[dict]:
                 **{k: run.overrides.get(k, "") for k in keys},
                 "status": run.status,
                 "peak GiB": run.peak_gib,
-                "vLLM GiB": s.get("memory/peak/vllm/device_used_max_gib"),
-                "tokens/s": s.get("throughput/tokens_per_s"),
-                "gen share": s.get("time/generate_share"),
-                "plan GiB": s.get("plan/train/peak_gib"),
+                "vLLM GiB": s.get(metrics.peak(metrics.VLLM, "device_used_max")),
+                "tokens/s": s.get(metrics.TOKENS_PER_S),
+                "gen share": s.get(metrics.time_share("generate")),
+                "plan GiB": s.get(metrics.plan_peak("train")),
                 "plan err %": run.planner_error_pct,
                 **(
                     {"train err %": run.train_error_pct, "calibrated err %": run.calibrated_error_pct}
@@ -141,12 +141,12 @@ def rows(runs: list[Run]) -> list[dict]:
 
 def apply_calibration(runs: list[Run], path: Path) -> None:
     """Each measured local run gains the planner's train-phase error without and with the factors
-    in `path` (a file from python -m grpo_exp.calibrate)."""
-    from grpo_exp.planning import calibration, planner
+    in `path` (a file from grpo-exp calibrate)."""
+    from grpo_exp.planning import calibrate, calibration
 
-    factors = planner.load(path)["factors"]
+    factors = calibration.load(path)["factors"]
     for run in runs:
-        sample = calibration.sample(run.path) if run.path is not None else None
+        sample = calibrate.sample(run.path) if run.path is not None else None
         if sample is not None:
             run.train_error_pct = 100 * (calibration.predict(sample, {}) - sample["measured"]) / sample["measured"]
             run.calibrated_error_pct = (
@@ -309,7 +309,7 @@ def report(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m grpo_exp.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="grpo-exp compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("sources", nargs="+", help="multirun dir, run dirs, or wandb:<entity>/<project>")
     parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
@@ -317,12 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--calibration",
         type=Path,
-        help="a file from python -m grpo_exp.calibrate: adds the planner's error per run before and after it",
+        help="a file from grpo-exp calibrate: adds the planner's error per run before and after it",
     )
     args = parser.parse_args(argv)
     result = report(args.sources, args.out, args.group, args.calibration)
     print(f"{result['runs']} runs; heatmap: {result['heatmap'] or '(needs two swept axes)'}; report: {result['html']}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,35 +1,34 @@
 """A W&B workspace for grpo_exp runs, built by code with W&B's own `wandb-workspaces` library.
 
-    python -m grpo_exp.dashboard --project grpo_exp --entity my-team              # saves the workspace view
-    python -m grpo_exp.dashboard --project grpo_exp --group default/multirun_...  # one sweep group
-    python -m grpo_exp.dashboard --project grpo_exp --report --group <group>      # also a report for it
-    python -m grpo_exp.dashboard --project grpo_exp --dry-run                     # the spec as JSON, no network
+    grpo-exp dashboard --project grpo_exp --entity my-team              # saves the workspace view
+    grpo-exp dashboard --project grpo_exp --group default/multirun_...  # one sweep group
+    grpo-exp dashboard --project grpo_exp --report --group <group>      # also a report for it
+    grpo-exp dashboard --project grpo_exp --dry-run                     # the spec as JSON, no network
 
 Sections: memory per phase over steps (training ranks; the vLLM server's GPUs), peak memory planned
 vs measured, the sweep as parallel coordinates (swept keys -> peak memory, tokens/s, exit code),
 throughput and time shares, and a second view listing the OOM runs with their phase and rank.
-Every panel names metrics real runs log (tests/test_dashboard.py checks them against a CPU run's
+Every panel names metrics real runs log (tests/results/test_dashboard.py checks them against a CPU run's
 W&B file): history keys come through transformers' WandbCallback with its `train/` prefix, summary
 keys are grpo_exp's summary.json.
 """
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from grpo_exp import PHASES
-from grpo_exp.core import rundir
-from grpo_exp.training.telemetry import BYTE_STATS, VLLM
+from grpo_exp.core import metrics, rundir
+from grpo_exp.core.metrics import BYTE_STATS, VLLM
 
-# The stats a GPU run has; a CPU run logs host_rss_max only (telemetry.py).
+# The stats a GPU run has; a CPU run logs host_rss_max only (core/metrics.py).
 GPU_STATS = tuple(s for s in BYTE_STATS if s != "host_rss_max")
 PEAK_STATS = rundir.MEASURED_PEAK_STATS  # what a panel plots: the allocator, the device, the host
 SWEPT = ("trainer.per_device_train_batch_size", "trainer.num_generations", "trainer.max_completion_length")
 
 
 def history(phase: str, stat: str) -> str:
-    return f"train/memory/{phase}/{stat}_gib"  # WandbCallback prefixes Trainer logs with train/
+    return f"train/{metrics.memory(phase, stat)}"  # WandbCallback prefixes Trainer logs with train/
 
 
 def panels_and_metrics():
@@ -45,16 +44,14 @@ def panels_and_metrics():
     planned = [
         wr.ScatterPlot(
             title=f"peak per training process: planned (x) vs measured {stat} (y), GiB; on target = the y = x diagonal",
-            x=wr.SummaryMetric("plan/train/peak_gib"),
-            y=wr.SummaryMetric(f"memory/peak/train/{stat}_gib"),
+            x=wr.SummaryMetric(metrics.plan_peak("train")),
+            y=wr.SummaryMetric(metrics.peak("train", stat)),
             regression=True,
         )
         for stat in PEAK_STATS
     ]
     planned.append(
-        wr.BarPlot(
-            title="planner error on model states (%)", metrics=[wr.SummaryMetric("plan_error/train/model_states_pct")]
-        )
+        wr.BarPlot(title="planner error on model states (%)", metrics=[wr.SummaryMetric(metrics.MODEL_STATES_ERROR)])
     )
     sweep = [
         wr.ParallelCoordinatesPlot(
@@ -62,17 +59,17 @@ def panels_and_metrics():
             columns=[
                 *[wr.ParallelCoordinatesPlotColumn(metric=wr.Config(key)) for key in SWEPT],
                 *[
-                    wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(f"memory/peak/train/{s}_gib"))
+                    wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(metrics.peak("train", s)))
                     for s in ("reserved_max", "host_rss_max")
                 ],
-                wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("throughput/tokens_per_s")),
+                wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(metrics.TOKENS_PER_S)),
                 wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric("exit_code")),
             ],
         )
     ]
     throughput = [
-        wr.BarPlot(title="tokens/s (prompt + completion)", metrics=[wr.SummaryMetric("throughput/tokens_per_s")]),
-        wr.BarPlot(title="time share per phase", metrics=[wr.SummaryMetric(f"time/{p}_share") for p in PHASES]),
+        wr.BarPlot(title="tokens/s (prompt + completion)", metrics=[wr.SummaryMetric(metrics.TOKENS_PER_S)]),
+        wr.BarPlot(title="time share per phase", metrics=[wr.SummaryMetric(metrics.time_share(p)) for p in PHASES]),
     ]
     sections = [
         ws.Section(name="Memory per phase", panels=memory, is_open=True),
@@ -122,7 +119,7 @@ def report(project: str, entity: str, group: str | None):
     runset = wr.Runset(entity=entity, project=project, filters=f"Group == '{group}'" if group else "")
     blocks = [
         wr.H1(f"grpo_exp sweep {group or project}"),
-        wr.P("Peak memory per phase, planned vs measured, throughput. Built by python -m grpo_exp.dashboard."),
+        wr.P("Peak memory per phase, planned vs measured, throughput. Built by grpo-exp dashboard."),
     ]
     for section in panels_and_metrics():
         blocks += [wr.H2(section.name), wr.PanelGrid(runsets=[runset], panels=section.panels)]
@@ -176,7 +173,7 @@ def metric_names(spec_json: dict) -> set[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m grpo_exp.dashboard", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="grpo-exp dashboard", description=__doc__.split("\n\n")[0])
     parser.add_argument("--project", required=True)
     parser.add_argument("--entity", help="W&B entity (default: yours, from the API key)")
     parser.add_argument("--group", help="only the runs of this W&B group (a sweep: <experiment>/<sweep dir>)")
@@ -207,7 +204,3 @@ def main(argv: list[str] | None = None) -> int:
         saved = report(args.project, entity, args.group).save()
         print(f"saved report: {saved.url}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """The run report: what a run was, from its summary.json alone, as one compact terminal table.
 
-Printed by the driver at the end of every run, and by `python -m grpo_exp.compare <run dir>`:
+Printed by the driver at the end of every run, and by `grpo-exp compare <run dir>`:
 status, steps, reward first -> last, tokens/s, the time share of each phase, and per role and
 phase the measured peak beside the planner's with the error; for an OOM, where and how much.
 """
@@ -8,8 +8,8 @@ phase the measured peak beside the planner's with the error; for an OOM, where a
 from pathlib import Path
 
 from grpo_exp import GIB, PHASES
-from grpo_exp.core import rundir
-from grpo_exp.training.telemetry import VLLM
+from grpo_exp.core import metrics, rundir
+from grpo_exp.core.metrics import VLLM
 
 
 def _measure(summary: dict) -> str:
@@ -33,28 +33,28 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
     stat = _measure(summary)
     rows = []
     for phase in PHASES:
-        measured = summary.get(f"memory/peak_phase/{phase}/{stat}_gib")
-        planned = summary.get(f"plan/train/phases/{phase}_gib")
+        measured = summary.get(metrics.peak_phase(phase, stat))
+        planned = summary.get(metrics.plan_phase("train", phase))
         if measured is not None or planned is not None:
             rows.append(("train", phase, _gib(measured), _gib(planned), _error(measured, planned)))
     rows.append(
         (
             "train",
             "peak",
-            _gib(summary.get(f"memory/peak/train/{stat}_gib")),
-            _gib(summary.get("plan/train/peak_gib")),
-            _error(summary.get(f"memory/peak/train/{stat}_gib"), summary.get("plan/train/peak_gib")),
+            _gib(summary.get(metrics.peak("train", stat))),
+            _gib(summary.get(metrics.plan_peak("train"))),
+            _error(summary.get(metrics.peak("train", stat)), summary.get(metrics.plan_peak("train"))),
         )
     )
-    vllm = summary.get(f"memory/peak/{VLLM}/device_used_max_gib")
-    if vllm is not None or summary.get("plan/vllm/peak_gib") is not None:
+    vllm = summary.get(metrics.peak(VLLM, "device_used_max"))
+    if vllm is not None or summary.get(metrics.plan_peak(VLLM)) is not None:
         rows.append(
             (
                 VLLM,
                 "generate",
                 _gib(vllm),
-                _gib(summary.get("plan/vllm/peak_gib")),
-                _error(vllm, summary.get("plan/vllm/peak_gib")),
+                _gib(summary.get(metrics.plan_peak(VLLM))),
+                _error(vllm, summary.get(metrics.plan_peak(VLLM))),
             )
         )
     return rows
@@ -69,10 +69,10 @@ def headline(summary: dict) -> list[str]:
         parts.append(f"{summary['wall_s']:.1f} s")
     if isinstance(first, (int, float)) and isinstance(last, (int, float)):
         parts.append(f"reward {first:.3f} -> {last:.3f}")
-    if summary.get("throughput/tokens_per_s") is not None:
-        parts.append(f"{summary['throughput/tokens_per_s']:,.0f} tokens/s")
+    if summary.get(metrics.TOKENS_PER_S) is not None:
+        parts.append(f"{summary[metrics.TOKENS_PER_S]:,.0f} tokens/s")
     lines = [" | ".join(parts)]
-    shares = [f"{p} {100 * summary[f'time/{p}_share']:.0f}%" for p in PHASES if summary.get(f"time/{p}_share")]
+    shares = [f"{p} {100 * summary[metrics.time_share(p)]:.0f}%" for p in PHASES if summary.get(metrics.time_share(p))]
     if shares:
         lines.append("time: " + " | ".join(shares))
     oom = summary.get("oom")

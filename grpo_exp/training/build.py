@@ -145,8 +145,9 @@ def tokenizer(cfg: DictConfig, path: str):
     return tok
 
 
-def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
-    """A ready `trl.GRPOTrainer` for the frozen config."""
+def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phases=None):
+    """A ready `trl.GRPOTrainer` for the frozen config; with `phases` (memory.telemetry), the measured one
+    (measured_trainer.py), which measures every phase of a step into it."""
     from trl import GRPOTrainer
 
     from grpo_exp.launching.data_files import row_problems
@@ -165,7 +166,13 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list):
     if too_few:  # hub data and data.max_prompt_length are only known here, not in the driver's preflight
         raise ValueError(str(too_few[0]))
     log.info("model %s (%s) from %s", cfg.model.name, cfg.model.dtype, path)
-    trainer = GRPOTrainer(
+    trainer_class, measured = GRPOTrainer, {}
+    if phases is not None:
+        from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
+
+        trainer_class, measured = MeasuredGRPOTrainer, {"phases": phases}
+    trainer = trainer_class(
+        **measured,
         model=path,
         reward_funcs=reward_funcs(cfg),
         args=args,

@@ -1,5 +1,5 @@
 """Exact bytes autograd saves for backward in one GRPO training forward, on CPU: what the planner's
-activation and logits terms predict (tests/test_planner_fidelity.py holds them within 10%).
+activation and logits terms predict (tests/planning/test_planner_fidelity.py holds them within 10%).
 
 The forward is TRL's own: the model patched with trl's fused LM head (as GRPOTrainer patches it),
 called with the completion tokens as labels and `fused_lm_head=True`, then GRPO's loss on the

@@ -1,8 +1,8 @@
 """One training process: `python -m grpo_exp.training.worker <run dir>/config.yaml` (torchrun runs one per rank).
 
-Reads the frozen config (never Hydra), builds the trainer, instruments its phases, trains. Rank 0
-writes metrics.jsonl as steps are logged and summary.json at the end, whatever the end is; any
-rank that does not complete first records why in ranks/rank<N>.json.
+Reads the frozen config (never Hydra), builds the trainer (measured_trainer.py measures every phase of a
+step), trains. Rank 0 writes metrics.jsonl as steps are logged; rank 0 always, and any rank that does not
+complete, records how it ended in ranks/rank<N>.json, which the driver turns into summary.json.
 
 A run dir is the unit of resumption: when <run dir>/checkpoints holds a checkpoint, training
 continues from the latest one (rank 0 first drops metrics.jsonl lines after its step, which the run
@@ -10,7 +10,6 @@ logs again). SIGTERM, SIGUSR1 or SIGUSR2 (SLURM preemption, `--signal` before a 
 for a checkpoint at the next step boundary, agreed across ranks, then the run ends as `preempted`.
 """
 
-import json
 import logging
 import os
 import signal
@@ -20,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_exp import visible_devices
-from grpo_exp.core import outcome, rundir
-from grpo_exp.planning import planner
+from grpo_exp.core import metrics, outcome, rundir
+from grpo_exp.planning import plan_file
 
 log = logging.getLogger("grpo_exp")
 progress = logging.getLogger("grpo_exp.progress")  # the lines a quiet console shows (launch.py)
@@ -53,9 +52,8 @@ class Preemption:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum, _frame):
-        if (
-            self.signal_name is not None
-        ):  # asked again (SLURM signals every process, torchrun forwards): already stopping
+        # asked again (SLURM signals every process, torchrun forwards): already stopping
+        if self.signal_name is not None:
             return
         self.signal_name = signal.Signals(signum).name
         if not self.training:  # nothing to save yet: stop now; the run can start again (resume, requeue)
@@ -139,11 +137,9 @@ def _numel(param) -> int:
 
 def progress_line(step: int, max_steps: int, logs: dict) -> str:
     """One short console line per logging step: step, loss, reward, the largest memory peak."""
-    peaks = {
-        k: v for k, v in logs.items() if k.startswith("memory/") and k.endswith("_gib") and isinstance(v, (int, float))
-    }
+    peaks = {k: v for k, v in logs.items() if metrics.MEMORY.fullmatch(k) and isinstance(v, (int, float))}
     top = max(peaks, key=peaks.get, default=None)
-    peak = f"  peak {peaks[top]:.2f} GiB ({top.split('/')[1]} {top.split('/')[2].removesuffix('_gib')})" if top else ""
+    peak = f"  peak {peaks[top]:.2f} GiB ({' '.join(metrics.MEMORY.fullmatch(top).groups())})" if top else ""
     loss, reward = logs.get("loss"), logs.get("reward")
     done = round(20 * step / max_steps) if max_steps > 0 else 0
     return (
@@ -201,17 +197,11 @@ def _check_placement(trainer) -> None:
 def _planned(run_dir: Path, measured: dict) -> dict:
     """The planner's prediction (plan.json) as plan/<role>/* beside the measured memory, and its
     error on the model states where both exist."""
-    path = run_dir / rundir.PLAN
-    if not path.exists():
-        return {}
-    out = planner.summary_keys(json.loads(path.read_text()))
-    if "measured/train/model_states_gib" in measured and "plan/train/weights_gib" in out:
-        predicted = sum(out[f"plan/train/{k}_gib"] for k in ("weights", "gradients", "optimizer"))
-        out["plan_error/train/model_states_pct"] = (
-            100
-            * (predicted - measured["measured/train/model_states_gib"])
-            / measured["measured/train/model_states_gib"]
-        )
+    out = plan_file.summary_keys(plan_file.read(run_dir))
+    states = measured.get(metrics.measured("model_states"))
+    if states and metrics.plan_component("train", "weights") in out:
+        predicted = sum(out[metrics.plan_component("train", k)] for k in ("weights", "gradients", "optimizer"))
+        out[metrics.MODEL_STATES_ERROR] = 100 * (predicted - states) / states
     return out
 
 
@@ -249,14 +239,14 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
     """Everything before the process group: the model files, the memory cap, where a resumed run
     continues, the tracker, the stall watchdog and the probes."""
     from grpo_exp.launching import consistency
-    from grpo_exp.training import build, telemetry, tracking
+    from grpo_exp.training import build, phases, probes, tracking
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
     build.hide_unused_bitsandbytes(cfg)  # before anything imports transformers
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
     # rank that wins the build lock may be another.
     build.model_path(cfg)
-    telemetry.apply_memory_limit(cfg.memory.limit_gib)
+    probes.apply_memory_limit(cfg.memory.limit_gib)
     # A run dir with a checkpoint continues from it; the steps after it are logged again, so rank 0
     # drops their lines first (before the metrics writer opens the file).
     state.checkpoint = rundir.latest_checkpoint(run_dir)
@@ -270,8 +260,8 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
     state.tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
     state.watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     state.callback = make_callback(run_dir, rank, state.watchdog)
-    vllm_probe = telemetry.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
-    state.phases = telemetry.PhaseMemory(telemetry.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
+    vllm_probe = probes.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
+    state.phases = phases.PhaseMemory(probes.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
     return state
 
 
@@ -280,7 +270,7 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
     import torch
 
     from grpo_exp.launching import consistency
-    from grpo_exp.training import build, telemetry
+    from grpo_exp.training import build, probes
 
     cfg = state.cfg
     try:
@@ -292,12 +282,13 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
             state.run_dir,
             not torch.cuda.is_available(),
             callbacks=[state.callback, preemption.callback(state.world_size)],
+            phases=state.phases,
         )
         _check_placement(trainer)
         state.tracker.ready()
         if state.phases is not None:
-            state.peaks = telemetry.instrument(trainer, state.phases)
-            state.meter = telemetry.ModelStateMeter(trainer.model)
+            state.peaks = trainer.run_peaks  # the measured trainer fills it at every logging step
+            state.meter = probes.ModelStateMeter(trainer.model)
             state.meter.install()
         result = trainer.train(resume_from_checkpoint=str(state.checkpoint[0]) if state.checkpoint else None)
         ended = {
@@ -334,14 +325,14 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
 def _record(state: _Rank, ended: dict) -> None:
     """ranks/rank<N>.json (rank 0 always, with the run's measurements; another rank when it did not
     complete), and rank 0's W&B run finished with the status as far as it can tell."""
-    from grpo_exp.training import telemetry
+    from grpo_exp.training import phases
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
     state.watchdog.close()
     if state.rank == 0:  # rank 0's record carries the run's measurements, however training ended
         measured = state.meter.metrics() if state.meter is not None else {}
         if state.phases is not None:
-            measured.update(telemetry.throughput(state.phases, state.callback.last_logs))
+            measured.update(phases.throughput(state.phases, state.callback.last_logs))
         previous = rundir.read_summary(state.run_dir)  # a resumed run's peaks cover every segment
         peaks = {k: max(v, previous.get(k, v)) for k, v in state.peaks.items()}
         ended.update(
@@ -354,9 +345,8 @@ def _record(state: _Rank, ended: dict) -> None:
         )
     if state.rank == 0 or ended["status"] != "completed":
         rundir.write_rank_record(state.run_dir, state.rank, ended)
-    if (
-        state.rank == 0
-    ):  # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
+    # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
+    if state.rank == 0:
         explained = outcome.explain(outcome.read_records(state.run_dir))
         state.tracker.finish({**previous, **explained}, outcome.EXIT_CODES[explained["status"]])
 

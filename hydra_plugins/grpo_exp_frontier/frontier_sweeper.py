@@ -62,7 +62,8 @@ class FrontierSweeper(Sweeper):
         return [*arguments, f"{self.axis_key}={axis}", f"{self.batch_key}={batch}"]
 
     def _planned_index(self, arguments: List[str], axis) -> int:
-        """Index of the largest batch value the planner predicts to fit (0 if none or no planner)."""
+        """Index of the largest batch value the planner predicts to fit (0 if none; the middle one without
+        the planner)."""
         if not self.use_planner:
             return len(self.batch_values) // 2
         from grpo_exp.launching import launch
@@ -73,9 +74,8 @@ class FrontierSweeper(Sweeper):
             cfg = self.hydra_context.config_loader.load_sweep_config(
                 self.config, self._overrides(arguments, axis, batch)
             )
-            if planner.plan_and_estimate(cfg, launch.visible_gpus())[1][
-                "fits"
-            ]:  # the driver's own verdict for this trial
+            # the driver's own verdict for this trial
+            if planner.plan_and_estimate(cfg, launch.visible_gpus())[1]["fits"]:
                 best = i
         return best
 
@@ -86,10 +86,9 @@ class FrontierSweeper(Sweeper):
             [self._overrides(arguments, axis, batch) for axis, batch in probes], initial_job_idx=self.job_idx
         )
         self.job_idx += len(probes)
-        import sys
+        from grpo_exp.launching import slurm
 
-        if "grpo_exp.launching.slurm" in sys.modules:
-            sys.modules["grpo_exp.launching.slurm"].gather()
+        slurm.gather()  # the round's SLURM jobs (none under launcher=local): their summaries are read next
         return [_trial(result, axis, batch) for result, (axis, batch) in zip(results, probes, strict=True)]
 
     def sweep(self, arguments: List[str]) -> Any:

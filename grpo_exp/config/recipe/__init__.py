@@ -1,7 +1,7 @@
 """Import a TRL / open-r1 recipe as a Hydra experiment: the run a user already has, as one checked,
 planned grpo_exp config.
 
-    python -m grpo_exp.recipe recipe.yaml --accelerate zero3.yaml --out conf/experiment/my_run.yaml
+    grpo-exp recipe recipe.yaml --accelerate zero3.yaml --out conf/experiment/my_run.yaml
     python -m grpo_exp experiment=my_run action=plan          # its plan; any key can still be overridden
 
 `recipe.yaml` is what `trl grpo --config` and open-r1's `grpo.py --config` read: TRL's ModelConfig,
@@ -23,7 +23,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from grpo_exp import CONF_DIR, Problem
+from grpo_exp import Problem
 from grpo_exp.config.recipe.experiment import Experiment, RecipeError, compose_problems, inline, load, plain, render
 from grpo_exp.config.recipe.fields import (
     OPEN_R1_DEFAULT_REWARDS,
@@ -70,7 +70,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m grpo_exp.recipe",
+        prog="grpo-exp recipe",
         description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -83,23 +83,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-machines", help="accelerate launch --num_machines (overrides the file)")
     parser.add_argument("--deepspeed", type=Path, help="a DeepSpeed JSON (or YAML) config")
     parser.add_argument(
-        "--out", type=Path, help="where the experiment goes (default: conf/experiment/<recipe name>.yaml)"
+        "--out",
+        type=Path,
+        help="where the experiment goes (default: ./conf/experiment/<recipe name>.yaml, which the driver searches)",
     )
     parser.add_argument(
         "--skip", action="append", default=[], help="a field with no grpo_exp home to leave out (repeatable)"
     )
     args = parser.parse_args(argv)
-    out = args.out or CONF_DIR / "experiment" / f"{args.recipe.stem}.yaml"
+    out = args.out or Path("conf") / "experiment" / f"{args.recipe.stem}.yaml"
     try:
         recipe = load(args.recipe)
         accelerate = load(args.accelerate) if args.accelerate else None
         deepspeed = load(args.deepspeed) if args.deepspeed else None
     except RecipeError as exc:
-        print(f"grpo_exp.recipe: {exc}", file=sys.stderr)
+        print(f"grpo-exp recipe: {exc}", file=sys.stderr)
         return 2
     for flag, value in (("--num-processes", args.num_processes), ("--num-machines", args.num_machines)):
         if value is not None and (to_int(value) is None or to_int(value) < 1):
-            print(f"grpo_exp.recipe: {flag} {value!r}: a whole number >= 1", file=sys.stderr)
+            print(f"grpo-exp recipe: {flag} {value!r}: a whole number >= 1", file=sys.stderr)
             return 2
     exp = build(recipe, accelerate, deepspeed, out.stem, set(args.skip), args.num_processes, args.num_machines)
     sources = [str(p) for p in (args.recipe, args.accelerate, args.deepspeed) if p]
@@ -110,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     refused += compose_problems(exp, sources)
     if refused:
         print(
-            f"grpo_exp.recipe: {len(refused)} field(s) of the recipe do not carry over; nothing written:",
+            f"grpo-exp recipe: {len(refused)} field(s) of the recipe do not carry over; nothing written:",
             file=sys.stderr,
         )
         for problem in refused:
@@ -125,7 +127,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ignored, as TRL ignores it: {source}: {why}")
     print(f"  python -m grpo_exp experiment={out.stem} action=plan")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -126,7 +126,7 @@ def _emit(tree: dict, indent: int = 0) -> list[str]:
 def render(exp: Experiment, sources: list[str]) -> str:
     head = [
         "# @package _global_",
-        f"# Imported by `python -m grpo_exp.recipe` from {', '.join(sources)}.",
+        f"# Imported by `grpo-exp recipe` from {', '.join(sources)}.",
         f"#   python -m grpo_exp experiment={exp.name} action=plan     # its plan",
         f"#   python -m grpo_exp experiment={exp.name}                 # run it (any key can still be overridden)",
         "# Each value names the recipe field it came from.",

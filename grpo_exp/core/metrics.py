@@ -1,0 +1,73 @@
+"""Every metric and summary key grpo_exp writes, built here and nowhere else.
+
+Per logging step (metrics.jsonl, W&B):
+    memory/<phase>/<stat>_gib          max over ranks; with _mean, _min and _argmax_rank beside it
+    memory/<counter>                   cumulative allocator counters (alloc_retries, ooms)
+Whole run (summary.json):
+    memory/peak/<role>/<stat>_gib      role train or vllm
+    memory/peak_phase/<phase>/<stat>_gib
+    plan/<role>/peak_gib, plan/<role>/<component>_gib, plan/<role>/phases/<phase>_gib
+    measured/train/<part>_gib, plan_error/train/model_states_pct
+    time/<phase>_s, time/<phase>_share, throughput/tokens_per_s, telemetry/overhead_s, telemetry/overhead_share
+
+Pure Python: every stage reads and writes these names.
+"""
+
+import re
+
+# What each process's probe reads (training/probes.py): bytes, peaks since the last phase boundary; a CPU
+# run has host_rss_max only. Counters are cumulative allocator counts.
+BYTE_STATS = ("host_rss_max", "alloc_max", "reserved_max", "active_max", "device_used_max")
+COUNT_STATS = ("alloc_retries", "ooms")
+VLLM = "vllm"  # the vLLM server's GPUs (server mode), read through NVML by rank 0: a role and a pseudo-phase
+RANK_STATS = ("mean", "min", "argmax_rank")  # beside each per-step maximum over ranks
+TOKENS_PER_S = "throughput/tokens_per_s"
+MODEL_STATES_ERROR = "plan_error/train/model_states_pct"
+OVERHEAD_S = "telemetry/overhead_s"
+OVERHEAD_SHARE = "telemetry/overhead_share"
+MEMORY = re.compile(r"memory/([a-z_]+)/(\w+)_gib")  # a per-step memory metric: (phase, stat)
+
+
+def memory(phase: str, stat: str) -> str:
+    return f"memory/{phase}/{stat}_gib"
+
+
+def across_ranks(key: str, what: str) -> str:
+    """The mean, min or argmax_rank of a per-step maximum over ranks."""
+    return f"{key}_{what}"
+
+
+def counter(name: str) -> str:
+    return f"memory/{name}"
+
+
+def peak(role: str, stat: str) -> str:
+    return f"memory/peak/{role}/{stat}_gib"
+
+
+def peak_phase(phase: str, stat: str) -> str:
+    return f"memory/peak_phase/{phase}/{stat}_gib"
+
+
+def plan_peak(role: str) -> str:
+    return f"plan/{role}/peak_gib"
+
+
+def plan_component(role: str, component: str) -> str:
+    return f"plan/{role}/{component}_gib"
+
+
+def plan_phase(role: str, phase: str) -> str:
+    return f"plan/{role}/phases/{phase}_gib"
+
+
+def measured(part: str) -> str:
+    return f"measured/train/{part}_gib"
+
+
+def time_s(phase: str) -> str:
+    return f"time/{phase}_s"
+
+
+def time_share(phase: str) -> str:
+    return f"time/{phase}_share"

@@ -1,0 +1,284 @@
+"""The driver's job, as a plain function: one composed config from its checks to its end.
+
+    finalize(cfg, explicit)     what the config becomes before anything reads it (the one step that changes it):
+                                TRL's aliases and coerced values, model=auto's numbers, free ports for `auto`
+    check(cfg, run_dir, gpus)   every problem, stage by stage (config/checks, planning/checks,
+                                launching/preflight), all in one report; pure
+    run(job)                    resume or refuse, finalize, check, plan (plan.json), then action=plan prints it,
+                                action=run launches this node's share (or the SLURM job) and concludes
+
+`python -m grpo_exp` (__main__.py) is Hydra's side: it composes, fills a `Job` from Hydra's runtime and
+prints the run report after; tests call run() in-process with a config they composed.
+"""
+
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from grpo_exp import Problem
+from grpo_exp.config import checks as config_checks
+from grpo_exp.config import errors, keys, model_info, resume
+from grpo_exp.core import metrics, outcome, rundir
+from grpo_exp.core.outcome import LaunchFailed, Mismatch
+from grpo_exp.launching import launch, ports, preflight
+from grpo_exp.planning import checks as plan_checks
+from grpo_exp.planning import fixes, placement, plan_file, planner
+from grpo_exp.planning.report import print_plan
+
+log = logging.getLogger("grpo_exp")
+
+
+@dataclass
+class Job:
+    """One job as Hydra hands it over (or a test builds it)."""
+
+    cfg: DictConfig
+    run_dir: Path  # this node's dir: Hydra's output dir, nodes/<N>/ below it for node N > 0
+    sweeping: bool = False  # a trial of a multirun: its refusals and OOMs are results, not the process's end
+    explicit: set[str] = field(default_factory=set)  # keys the user set (command line, experiment file)
+    unknown: list[Problem] = field(default_factory=list)  # command-line keys the schema lacks, found before composing
+    overrides: list[str] = field(default_factory=list)  # the command line's overrides (resume= keeps some)
+    independent_trials: bool = True  # the sweeper fixes its trials up front (not Optuna): SLURM runs them at once
+    gpus: int | None = None  # GPUs of this machine; None: detected
+
+
+@dataclass
+class Ended:
+    """How a job ended: its exit code, run dir and summary; `launched` when processes ran (a run report
+    follows), `memory` the memory plan where one was made."""
+
+    code: int
+    run_dir: Path | None
+    summary: dict = field(default_factory=dict)
+    launched: bool = False
+    memory: dict | None = None
+
+    @property
+    def objective(self) -> float:
+        """A sweep's objective: tokens/s of a completed run, else 0 (Optuna maximises it)."""
+        return float(self.summary.get(metrics.TOKENS_PER_S) or 0.0) if self.code == outcome.EXIT_OK else 0.0
+
+
+def run(job: Job) -> Ended:
+    """One job: check, plan, freeze the config, launch. Nothing is launched while any problem is found."""
+    cfg, run_dir = job.cfg, job.run_dir
+    if cfg.resume:  # continue that run: its own dir and frozen config (Hydra's fresh dir stays empty)
+        cfg, run_dir, ended = _resumed(cfg, run_dir, job.overrides)
+        if ended is not None:
+            return ended
+    elif not job.sweeping and (reused := reused_run_dir(run_dir)):  # Hydra wrote .hydra/ here already
+        errors.report(str(reused))
+        return Ended(outcome.EXIT_INVALID, None)
+    plan, problems = None, finalize(cfg, job.explicit)
+    if not problems:  # the checks read what finalize fills in (model=auto's numbers)
+        plan, problems = check(cfg, run_dir, launch.visible_gpus() if job.gpus is None else job.gpus)
+    if job.unknown or problems:  # unknown keys were left out of composing: the rest was checked beside them
+        return _refuse(run_dir, job.unknown + problems, job.sweeping)
+    memory = _memory_plan(cfg, plan)
+    if cfg.action == "plan":
+        memory["notes"] += preflight.unchecked_data(cfg)
+    rundir.freeze_config(cfg, run_dir)
+    plan_file.write(run_dir, plan, memory)
+    if cfg.action == "plan":
+        return _planned(run_dir, plan, memory, job.sweeping)
+    print(placement.describe(plan))
+    if not memory["fits"] and not _run_anyway(cfg, memory):
+        summary = outcome.write_status(
+            run_dir,
+            "predicted_oom",
+            wall_s=0.0,
+            suggestions=memory["suggestions"],
+            error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)",
+        )
+        log.error("refused: predicted OOM (exit %d); preflight.on_oom=warn tries anyway", summary["exit_code"])
+        return Ended(summary["exit_code"], run_dir, summary, memory=memory)
+    return _launch(cfg, run_dir, plan, job)
+
+
+def finalize(cfg: DictConfig, explicit: set[str]) -> list[Problem]:
+    """Make `cfg` what every later step reads, in place: TRL's and transformers' aliases and coerced values
+    (`explicit`: the keys the user set), model=auto's architecture numbers from config.json, free ports for
+    `auto`. The problems that stop it (an interpolation that does not resolve, a bad port, a model whose
+    config.json cannot be read)."""
+    try:  # every interpolation resolves (${oc.env:...} of an unset variable does not)
+        OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        return errors.unresolvable(cfg) or [errors.as_problem(exc)]
+    problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
+    if not problems:
+        ports.resolve_auto(cfg)  # before the plan's commands and config.yaml name the ports
+    return problems
+
+
+def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan | None, list[Problem]]:
+    """The launch plan of a finalized `cfg` and every problem with it, stage by stage: the config alone
+    (config/checks.py), then what needs the plan (planning/checks.py), then this machine
+    (launching/preflight.py: all of it for action=run, the data files it can see for action=plan). A stage
+    runs when the keys it reads passed the stages before; every problem found is reported together."""
+    problems = config_checks.check(cfg)
+    bad = {p.key for p in problems}
+    if bad & (config_checks.PLAN_INPUTS | plan_checks.BATCH_INPUTS):
+        return None, problems  # a plan for 0 processes (or 10^30 nodes) says nothing useful
+    plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
+    problems += plan_checks.check(cfg, plan)
+    batch_known = "data.num_samples" not in bad
+    if cfg.action == "run":
+        problems += preflight.check(cfg, plan, gpus, batch_known=batch_known)
+    else:
+        problems += preflight.check_data(cfg, plan, batch_known=batch_known)
+    return plan, problems
+
+
+def reused_run_dir(run_dir: Path) -> Problem | None:
+    """A run dir belongs to one run: starting another in it would mix their metrics and overwrite
+    its config and summary."""
+    held = rundir.holds_run(run_dir)
+    if held is None:
+        return None
+    return Problem(
+        "hydra.run.dir",
+        f"{run_dir} already holds a run (status: {held.get('status')}); a run dir belongs to one run",
+        "leave hydra.run.dir at its default (unique per run) or choose a new one; to continue that run: python -m "
+        f"grpo_exp resume={run_dir}",
+    )
+
+
+def _resumed(cfg: DictConfig, run_dir: Path, overrides: list[str]):
+    """resume=<run dir>: (its frozen config with the resumable overrides, its dir, None), or how the job
+    ended when there is nothing to resume (refused, or completed already)."""
+    cfg, problems = resume.load(cfg, overrides)
+    _remove_if_empty(run_dir)
+    if problems:
+        errors.report("\n".join(map(str, problems)))
+        return None, None, Ended(outcome.EXIT_INVALID, None)
+    run_dir = Path(cfg.resume)
+    done = rundir.read_summary(run_dir)
+    if done.get("status") == "completed" and 0 <= cfg.trainer.max_steps <= (done.get("global_step") or 0):
+        log.info("%s already completed at step %s; nothing to resume", run_dir, done.get("global_step"))
+        return None, None, Ended(outcome.EXIT_OK, run_dir, done)
+    return cfg, run_dir, None
+
+
+def _refuse(run_dir: Path, problems: list[Problem], sweeping: bool) -> Ended:
+    """Every problem in one report, exit 2; in a sweep the invalid combination is one of the results."""
+    errors.report("\n".join(map(str, problems)))
+    if sweeping:
+        return Ended(
+            outcome.EXIT_INVALID, run_dir, outcome.write_status(run_dir, "invalid", error="\n".join(map(str, problems)))
+        )
+    _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
+    return Ended(outcome.EXIT_INVALID, None)
+
+
+def _memory_plan(cfg: DictConfig, plan) -> dict:
+    memory = planner.preflight(cfg, plan)
+    return _fit(cfg, plan, memory) if not memory["fits"] and cfg.preflight.on_oom == "fit" else memory
+
+
+def _fit(cfg: DictConfig, plan, memory: dict) -> dict:
+    """Apply the planner's change that fits and keeps the experiment (preflight.on_oom=fit)."""
+    changes = fixes.fit(cfg, plan)
+    if changes is None:
+        log.error("preflight.on_oom=fit: no change that keeps the experiment the same fits; the ranked fixes follow")
+        return memory
+    for key, old, new in changes:
+        OmegaConf.update(cfg, key, new, force_add=True)
+        cfg.preflight.fitted.append(f"{key}: {old} -> {new}")
+        log.warning("preflight.on_oom=fit: %s %s -> %s", key, old, new)
+    return planner.preflight(cfg, plan)
+
+
+def _planned(run_dir: Path, plan, memory: dict, sweeping: bool) -> Ended:
+    """action=plan: print the plan (in a sweep, one line per trial and the table at the end)."""
+    if sweeping:
+        top = memory["suggestions"][0]["text"] if memory["suggestions"] else None
+        summary = outcome.write_status(
+            run_dir, "planned", fits=memory["fits"], suggestion=top, **plan_file.summary_keys(memory)
+        )
+        verdict = "fits" if memory["fits"] else "OOM"
+        log.info("%s: %s, peak %.2f GiB per training process", run_dir.name, verdict, memory["train"]["peak_gib"])
+        return Ended(outcome.EXIT_OK, run_dir, summary, memory=memory)
+    print(placement.describe(plan))
+    print_plan(memory)
+    log.info("plan written to %s", run_dir / rundir.PLAN)
+    return Ended(outcome.EXIT_OK, run_dir, memory=memory)
+
+
+def _run_anyway(cfg: DictConfig, memory: dict) -> bool:
+    print_plan(memory)
+    if cfg.preflight.on_oom in ("refuse", "fit"):
+        return False
+    log.warning("preflight predicts an OOM; running anyway (preflight.on_oom=warn)")
+    return True
+
+
+def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
+    """Start this node's share (or submit the SLURM job), wait for it, conclude."""
+    if cfg.preflight.fitted:
+        rundir.write_summary(run_dir, preflight_fit=[_fitted(item) for item in cfg.preflight.fitted])
+    node = plan.nodes[cfg.topology.node_rank]
+    if cfg.resume:
+        checkpoint = rundir.latest_checkpoint(run_dir)
+        rundir.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
+        log.info("resuming %s from %s", run_dir, checkpoint[0] if checkpoint else "step 0 (no checkpoint was saved)")
+    rundir.clear_rank_records(run_dir)  # a resumed run's last attempt is in summary.json already
+    outcome.write_status(run_dir, "running", world_size=plan.world_size, node_rank=node.node_rank)
+    log.info("run dir %s", run_dir)
+    if cfg.launcher.name == "slurm" and (not cfg.launcher.slurm.wait or (job.sweeping and job.independent_trials)):
+        return _submit_without_waiting(cfg, run_dir, plan)
+    started = time.time()
+    rundir.write_summary(run_dir, started_at=started)
+    try:
+        if cfg.launcher.name == "slurm":
+            from grpo_exp.launching import slurm
+
+            code = slurm.submit_and_wait(cfg, run_dir, plan)
+        else:
+            code = launch.run_node(cfg, run_dir, node)
+    except LaunchFailed as exc:  # SLURM refused the job, or the vLLM server never answered
+        rundir.write_rank_record(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
+        code = outcome.EXIT_FAILED
+    except Mismatch as exc:  # a dedicated serving node runs another config
+        rundir.write_rank_record(run_dir, node.node_rank, {"status": "mismatch", "error": str(exc)})
+        code = outcome.EXIT_HANG_PREVENTED
+    summary = outcome.concluded(run_dir, code, started)
+    log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
+    return Ended(summary["exit_code"], run_dir, summary, launched=True)
+
+
+def _submit_without_waiting(cfg: DictConfig, run_dir: Path, plan) -> Ended:
+    """launcher=slurm: submit this trial's job and go on to the next one (at most max_parallel in flight;
+    slurm.gather collects them), or with wait=false leave it to SLURM."""
+    from grpo_exp.launching import slurm
+
+    try:
+        if cfg.launcher.slurm.wait:
+            slurm.submit_pending(cfg, run_dir, plan)
+        else:
+            job = slurm.submit(cfg, run_dir, plan)
+            print(f"submitted SLURM job {job.job_id}: {run_dir}  (grpo-exp compare {run_dir})")
+    except slurm.Refused as exc:  # this trial's job only: the sweep goes on
+        summary = outcome.write_status(run_dir, "failed", error=str(exc), wall_s=0.0)
+        log.error("%s: %s", run_dir.name, exc)
+        return Ended(summary["exit_code"], run_dir, summary)
+    return Ended(outcome.EXIT_OK, run_dir, rundir.read_summary(run_dir))
+
+
+def _fitted(item: str) -> dict:
+    """preflight.fitted's "key: old -> new" as {key, old, new}."""
+    key, change = item.split(": ", 1)
+    old, new = change.split(" -> ", 1)
+    return {"key": key, "old": old, "new": new}
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """Remove a run dir holding only what Hydra put there before our code ran; for node N > 0, also
+    the shared run dir above nodes/<N>/ if that leaves it holding nothing else."""
+    for path in (run_dir, run_dir.parent, run_dir.parent.parent) if run_dir.parent.name == rundir.NODES else (run_dir,):
+        if path.is_dir() and all(p.name == ".hydra" or p.suffix == ".log" for p in path.iterdir()):
+            shutil.rmtree(path, ignore_errors=True)

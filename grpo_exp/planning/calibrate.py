@@ -1,0 +1,123 @@
+"""`grpo-exp calibrate`: correction factors for the planner, fitted from measured runs.
+
+    grpo-exp calibrate outputs/batch_x_generations/multirun_...     # or several run dirs
+    python -m grpo_exp model=qwen7b topology=1x8 preflight.calibration=calibration.json
+
+Each run dir holds its frozen config.yaml and, in summary.json, the peak memory measured per phase
+(on a GPU the allocator's reserved peak, on CPU the host RSS). The run's config is planned again,
+without calibration, split into the groups calibration.py fits, and the file is written
+(calibration.py owns its format, the fit and how the planner applies it).
+"""
+
+import json
+from pathlib import Path
+
+from grpo_exp.core import rundir
+from grpo_exp.planning.calibration import fit, predict
+
+
+def measured_train_gib(summary: dict) -> tuple[str, float] | None:
+    """The train phase's measured peak (rundir.measured_peak: the same stat every report shows)."""
+    found = rundir.measured_peak(summary, phase="train")
+    return found if found and found[1] else None
+
+
+def sample(run_dir: Path) -> dict | None:
+    """One measured run as a fit sample: its train-phase peak and what the uncalibrated planner
+    puts in that phase, per group (GiB). None without a measured train phase."""
+    from omegaconf import OmegaConf
+
+    from grpo_exp import GIB
+    from grpo_exp.planning import inputs, memory, plan_file, planner
+
+    summary = rundir.read_summary(run_dir)
+    measured = measured_train_gib(summary)
+    config = Path(run_dir) / rundir.CONFIG
+    if measured is None or not config.exists():
+        return None
+    cfg = OmegaConf.load(config)
+    cfg.preflight.calibration = None  # the planner's own figures: factors are fitted against them
+    plan, _ = planner.plan_and_estimate(cfg, plan_file.read(run_dir).get("gpus_per_node") or 0, str(config))
+    parts = memory.train_phase_parts(inputs.inputs(cfg, plan))
+    return {
+        "run": str(run_dir),
+        "stat": measured[0],
+        "measured": measured[1],
+        "device": plan.device,
+        **{k: v / GIB for k, v in parts.items()},
+    }
+
+
+def run_dirs(sources: list[str]) -> list[Path]:
+    return [run_dir.resolve() for source in sources for run_dir in rundir.run_dirs(Path(source))]
+
+
+def calibrate(sources: list[str], out: Path) -> dict:
+    samples = [s for s in map(sample, run_dirs(sources)) if s is not None]
+    if len(samples) < 2:
+        raise ValueError(
+            f"{len(samples)} measured run(s) under {', '.join(sources)}: calibration needs at least two (a sweep "
+            "over batch size or completion length)"
+        )
+    devices = {s["device"] for s in samples}
+    if len(devices) > 1:
+        raise ValueError(
+            f"runs from different devices ({', '.join(sorted(devices))}): calibrate each kind of device on its own"
+        )
+    factors = fit(samples)
+
+    def error(s, f):
+        return 100 * (predict(s, f) - s["measured"]) / s["measured"]
+
+    result = {
+        "factors": factors,
+        "device": samples[0]["device"],
+        "stat": samples[0]["stat"],
+        "runs": [
+            {
+                "run": s["run"],
+                "measured_gib": s["measured"],
+                "error_before_pct": error(s, {}),
+                "error_after_pct": error(s, factors),
+            }
+            for s in samples
+        ],
+    }
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="grpo-exp calibrate",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("sources", nargs="+", help="run dirs, or sweep dirs holding them")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("calibration.json"),
+        help="where the factors go (preflight.calibration=<this file>)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        result = calibrate(args.sources, args.out)
+    except (ValueError, OSError) as exc:
+        print(f"grpo-exp calibrate: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"{len(result['runs'])} runs ({result['device']}, {result['stat']}): factors "
+        + ", ".join(f"{k} {v:.2f}" for k, v in result["factors"].items())
+    )
+    for r in result["runs"]:
+        print(
+            f"  {Path(r['run']).name}: measured {r['measured_gib']:.2f} GiB, planner error "
+            f"{r['error_before_pct']:+.1f}% -> {r['error_after_pct']:+.1f}%"
+        )
+    print(f"written to {args.out}; use it with preflight.calibration={args.out}")
+    return 0

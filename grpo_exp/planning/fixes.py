@@ -1,0 +1,156 @@
+"""What to change when a plan does not fit: the ranked fixes (`suggest`) and the change that keeps the
+experiment the same (`fit`, preflight.on_oom=fit). Each candidate is re-planned with memory.estimate.
+"""
+
+from dataclasses import replace
+
+from omegaconf import DictConfig
+
+from grpo_exp import DECODER_LINEAR_LAYERS, GIB
+from grpo_exp.planning.inputs import Inputs, inputs, lora_params
+from grpo_exp.planning.memory import Estimate, estimate
+
+
+def _largest(lo: int, hi: int, fits) -> int | None:
+    """Largest value in [lo, hi] for which fits(value) holds, assuming monotonic; None if none."""
+    if not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def _peak(e: Estimate) -> float:
+    return max(e.train.peak, e.vllm.peak if e.vllm else 0.0)
+
+
+def _saved(base: Estimate, changed: Estimate) -> float:
+    """Bytes a change saves on the role that binds: the training GPU or the vLLM server GPU that is
+    over its capacity (a server's GPU is full by design, so the larger peak may not be the one in the way)."""
+    roles = [("train", base.train, changed.train)] + ([("vllm", base.vllm, changed.vllm)] if base.vllm else [])
+    binding = [(b, c) for _, b, c in roles if not b.fits] or [(b, c) for _, b, c in roles]
+    return max(b.peak - c.peak for b, c in binding)
+
+
+def suggest(x: Inputs) -> list[dict]:
+    """Changes that would make the run fit (or help), ranked: fitting first, then by GiB saved."""
+    base = estimate(x)
+    if base.fits:
+        return []
+    out = []
+
+    def add(key: str, value, y: Inputs, text: str) -> None:
+        e = estimate(y)
+        saved = _saved(base, e) / GIB
+        if saved > 0.01 or e.fits:
+            out.append({"key": key, "value": value, "fits": e.fits, "saves_gib": round(saved, 2), "text": text})
+
+    def bound(key: str, field_name: str, lo: int, hi: int) -> None:
+        best = _largest(lo, hi, lambda v: estimate(replace(x, **{field_name: v})).fits)
+        if best is not None and best < hi:
+            add(key, best, replace(x, **{field_name: best}), f"{key} <= {best} fits")
+        elif best is None and lo < getattr(x, field_name):
+            add(key, lo, replace(x, **{field_name: lo}), f"{key}={lo} helps but is not enough alone")
+
+    bound("trainer.per_device_train_batch_size", "batch", 1, x.batch)
+    if not x.checkpointing:
+        add(
+            "trainer.activation_checkpointing",
+            True,
+            replace(x, checkpointing=True),
+            "trainer.activation_checkpointing=true",
+        )
+    bound("trainer.max_completion_length", "completion", 16, x.completion)
+    bound("data.max_prompt_length", "prompt", 16, x.prompt)
+    if x.ref_model:
+        add("trainer.beta", 0.0, replace(x, ref_model=False), "trainer.beta=0.0 (no reference model)")
+    for stage in (2, 3):
+        if x.zero_stage < stage and x.world_size > 1:
+            add("deepspeed", f"zero{stage}", replace(x, zero_stage=stage), f"deepspeed=zero{stage}")
+    if x.zero_stage >= 2 and not x.offload_optimizer:
+        add(
+            "deepspeed",
+            f"zero{x.zero_stage}_offload",
+            replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3),
+            f"deepspeed=zero{x.zero_stage}_offload",
+        )
+    if not x.lora_params:
+        lora = lora_params(
+            x.hidden, x.heads * x.head_dim, x.kv_dim, x.intermediate, x.layers, x.vocab, 16, DECODER_LINEAR_LAYERS
+        )
+        add("peft", "lora", replace(x, lora_params=lora, ref_model=False), "peft=lora (r=16 on all linear layers)")
+    if x.vllm_mode == "colocate":
+        utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]
+        fitting = [u for u in utils if estimate(replace(x, vllm_util=u)).fits]
+        if fitting:
+            add(
+                "vllm.gpu_memory_utilization",
+                max(fitting),
+                replace(x, vllm_util=max(fitting)),
+                f"vllm.gpu_memory_utilization <= {max(fitting):.2f}",
+            )
+        if not x.vllm_sleep:
+            add("vllm.enable_sleep_mode", True, replace(x, vllm_sleep=True), "vllm.enable_sleep_mode=true")
+    if x.vllm_mode == "server" and base.vllm is not None and not base.vllm.fits:
+        if x.vllm_util < 0.95:
+            add("vllm.gpu_memory_utilization", 0.95, replace(x, vllm_util=0.95), "vllm.gpu_memory_utilization=0.95")
+        add(
+            "vllm.tensor_parallel_size",
+            x.vllm_tp * 2,
+            replace(x, vllm_tp=x.vllm_tp * 2),
+            f"vllm.tensor_parallel_size={x.vllm_tp * 2} (and vllm.gpus={x.vllm_tp * 2})",
+        )
+        needed = x.prompt + x.completion
+        if x.vllm_max_len > needed:
+            add("vllm.max_model_length", needed, replace(x, vllm_max_len=needed), f"vllm.max_model_length={needed}")
+    for item in out:
+        item["text"] += f" (saves {item['saves_gib']:.1f} GiB)" if item["saves_gib"] > 0 else ""
+    return sorted(out, key=lambda s: (not s["fits"], -s["saves_gib"]))
+
+
+def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
+    """preflight.on_oom=fit: the changes (key, old, new) that make a predicted OOM fit while the
+    experiment stays the same, or None. First a smaller per-device batch with more accumulation
+    steps (the batch per optimizer step and the generation batch unchanged: the same updates,
+    more micro-steps), then memory-only switches (activation checkpointing, vLLM sleep mode,
+    optimizer offload), then both."""
+    x = inputs(cfg, plan)
+    t = cfg.trainer
+    switches = []
+    if not x.checkpointing:
+        switches.append(
+            ([("trainer.activation_checkpointing", t.activation_checkpointing, True)], {"checkpointing": True})
+        )
+    if x.vllm_mode == "colocate" and not x.vllm_sleep:
+        switches.append(([("vllm.enable_sleep_mode", False, True)], {"vllm_sleep": True}))
+    if x.zero_stage >= 2 and not x.offload_optimizer:
+        switches.append(
+            (
+                [("deepspeed.zero_optimization.offload_optimizer", None, {"device": "cpu", "pin_memory": True})],
+                {"offload_optimizer": True},
+            )
+        )
+
+    def split(b: int) -> tuple[list, dict]:
+        factor = x.batch // b
+        changes = [
+            ("trainer.per_device_train_batch_size", x.batch, b),
+            (
+                "trainer.gradient_accumulation_steps",
+                t.gradient_accumulation_steps,
+                t.gradient_accumulation_steps * factor,
+            ),
+        ]
+        if t.steps_per_generation is not None:  # else it follows gradient_accumulation_steps
+            changes.append(("trainer.steps_per_generation", t.steps_per_generation, t.steps_per_generation * factor))
+        return changes, {"batch": b, "steps_per_generation": x.steps_per_generation * factor}
+
+    divisors = [b for b in range(x.batch - 1, 0, -1) if x.batch % b == 0]
+    candidates = [split(b) for b in divisors] + switches
+    for changes, fields in switches:  # a switch plus the largest split that then fits
+        candidates += [(changes + split(b)[0], {**fields, **split(b)[1]}) for b in divisors]
+    for changes, fields in candidates:
+        if estimate(replace(x, **fields)).fits:
+            return changes
+    return None

@@ -1,0 +1,219 @@
+"""The planner's inputs: every number the memory arithmetic reads, taken from the config and the launch
+plan once (`inputs(cfg, plan)`), so the arithmetic (memory.py) is pure and fixes.py can re-plan dozens of
+variants in milliseconds. Pure Python: no torch import.
+"""
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig
+
+from grpo_exp import GIB
+from grpo_exp.planning import calibration
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
+QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
+
+
+@dataclass(frozen=True)
+class Inputs:
+    # model
+    params: int
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    dtype_bytes: int
+    # run
+    world_size: int
+    capacity: float  # bytes per GPU
+    batch: int  # per_device_train_batch_size
+    steps_per_generation: int
+    completion: int  # max_completion_length
+    prompt: int  # max prompt tokens
+    checkpointing: bool
+    ref_model: bool  # beta > 0 without LoRA
+    zero_stage: int  # 0 = no DeepSpeed
+    offload_optimizer: bool
+    offload_params: bool
+    lora_params: int  # 0 = full fine-tuning
+    vllm_mode: str
+    vllm_util: float
+    vllm_tp: int
+    vllm_max_len: int
+    vllm_sleep: bool
+    ds3_gather_for_generation: bool
+    sub_group_size: float = 1e9  # ZeRO-3 zero_optimization.sub_group_size (DeepSpeed's default)
+    device: str = "cuda"
+    autocast: bool = False  # 16-bit autocast over float32 weights (GRPOConfig bf16/fp16 with model.dtype float32)
+    qk_norm: bool = False  # RMSNorm on q and k (Qwen3): more saved activations
+    address_space_limited: bool = False  # a CPU rank under memory.limit_gib (RLIMIT_DATA)
+    # DeepSpeed's buffers, in elements (zero_optimization; "auto" as the HF integration fills it)
+    reduce_bucket: float = 5e8
+    allgather_bucket: float = 5e8
+    overlap_comm: bool = False
+    zero3_max_live: float = 1e9  # stage3_max_live_parameters
+    zero3_prefetch: float = 5e7  # stage3_prefetch_bucket_size
+    calibration: tuple = ()  # (group, factor) pairs from preflight.calibration (calibration.py)
+    # model.quantization: bytes per weight of the quantized linear layers (constants included; 0 = not
+    # quantized), how many weights that covers, the dtype each layer is dequantized to while it runs,
+    # and whether the checkpoint itself is quantized (vLLM then serves it at those bits too).
+    quant_bytes: float = 0.0
+    quantized_params: int = 0
+    compute_bytes: int = 2
+    prequantized: bool = False
+
+    @property
+    def kv_dim(self) -> int:
+        return self.kv_heads * self.head_dim
+
+    @property
+    def q_dim(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per element of what layers compute: 16-bit under autocast or with 16-bit weights."""
+        return 2 if self.autocast else self.dtype_bytes
+
+
+def quantized_bytes_per_weight(q) -> float:
+    """Bytes per weight of a quantized linear layer, its quantization constants included: bitsandbytes
+    nf4/fp4 keeps an fp32 absmax per 64-weight block (0.0625 B), double quantization an 8-bit one plus
+    an fp32 per 256 blocks (0.0159 B); LLM.int8 an fp32 scale per row; GPTQ/AWQ-style checkpoints an
+    fp16 scale and a packed zero point per group of 128 (0.02 B)."""
+    if q.method == "bitsandbytes" and q.bits == 4:
+        return 0.5 + (1 / 64 + 4 / (64 * 256) if q.double_quant else 4 / 64)
+    if q.method in ("bitsandbytes", "fp8") or q.bits == 8:
+        return q.bits / 8 + (0.0 if q.method == "fp8" else 4 / 4096)
+    return q.bits / 8 + 2.5 / 128
+
+
+def lora_params(
+    hidden: int, q_dim: int, kv_dim: int, intermediate: int, layers: int, vocab: int, r: int, targets
+) -> int:
+    """Adapter parameters: r x (in + out) for every targeted layer (an embedding's in is the vocabulary)."""
+    shapes = {
+        "q_proj": (hidden, q_dim),
+        "k_proj": (hidden, kv_dim),
+        "v_proj": (hidden, kv_dim),
+        "o_proj": (q_dim, hidden),
+        "gate_proj": (hidden, intermediate),
+        "up_proj": (hidden, intermediate),
+        "down_proj": (intermediate, hidden),
+    }
+    per_layer = sum(r * sum(shapes[t]) for t in targets if t in shapes)
+    once = r * (hidden + vocab) * sum(t in targets for t in ("lm_head", "embed_tokens"))  # not per layer
+    return per_layer * layers + once
+
+
+def lora_trainable(cfg: DictConfig) -> int:
+    if not cfg.peft.enabled:
+        return 0
+    m = cfg.model
+    return lora_params(
+        m.hidden_size,
+        m.num_attention_heads * m.head_dim,
+        m.num_key_value_heads * m.head_dim,
+        m.intermediate_size,
+        m.num_hidden_layers,
+        m.vocab_size,
+        cfg.peft.r,
+        cfg.peft.target_modules,
+    )
+
+
+def activation_checkpointing(trainer: DictConfig) -> bool:
+    """Whether layers recompute their activations: transformers 5 reads `activation_checkpointing`
+    and falls back to its deprecated alias `gradient_checkpointing` (TRL's default: true) when unset."""
+    if trainer.activation_checkpointing is not None:
+        return bool(trainer.activation_checkpointing)
+    return bool(trainer.gradient_checkpointing)
+
+
+def capacity_bytes(cfg: DictConfig, plan) -> float:
+    """A GPU's memory (on CPU runs, this machine's RAM shared by its training processes), or the
+    memory.limit_gib cap when that is smaller."""
+    if plan.device == "cuda":
+        capacity = cfg.topology.gpu_memory_gib * GIB
+    else:
+        import psutil
+
+        capacity = psutil.virtual_memory().total / max(1, plan.nodes[0].train_procs)
+    limit = cfg.memory.limit_gib
+    return min(capacity, limit * GIB) if limit else capacity
+
+
+def inputs(cfg: DictConfig, plan) -> Inputs:
+    m, t, v, ds = cfg.model, cfg.trainer, cfg.vllm, cfg.deepspeed
+    zero = ds.get("zero_optimization", {}) if ds else {}
+    prompt = cfg.data.max_prompt_length or 512  # unbounded prompts: assume 512 tokens (a note says so)
+    return Inputs(
+        params=m.num_parameters,
+        hidden=m.hidden_size,
+        intermediate=m.intermediate_size,
+        layers=m.num_hidden_layers,
+        heads=m.num_attention_heads,
+        kv_heads=m.num_key_value_heads,
+        head_dim=m.head_dim,
+        vocab=m.vocab_size,
+        dtype_bytes=DTYPE_BYTES[m.dtype],
+        world_size=plan.world_size,
+        capacity=capacity_bytes(cfg, plan),
+        device=plan.device,
+        batch=t.per_device_train_batch_size,
+        steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
+        completion=t.max_completion_length,
+        prompt=prompt,
+        checkpointing=activation_checkpointing(t),
+        ref_model=t.beta > 0 and not cfg.peft.enabled,
+        zero_stage=int(zero.get("stage", 0)) if ds else 0,
+        offload_optimizer=bool(zero.get("offload_optimizer")),
+        offload_params=bool(zero.get("offload_param")),
+        lora_params=lora_trainable(cfg),
+        vllm_mode=v.mode,
+        vllm_util=v.gpu_memory_utilization,
+        vllm_tp=v.tensor_parallel_size,
+        vllm_max_len=v.max_model_length or m.max_position_embeddings,
+        vllm_sleep=v.enable_sleep_mode,
+        ds3_gather_for_generation=t.ds3_gather_for_generation,
+        sub_group_size=float(zero.get("sub_group_size", 1e9)) if ds else 1e9,
+        autocast=DTYPE_BYTES[m.dtype] == 4 and bool(t.bf16 or t.fp16),
+        qk_norm=m.model_type in QK_NORM_MODELS,
+        address_space_limited=plan.device == "cpu" and cfg.memory.limit_gib is not None,
+        reduce_bucket=_elements(zero.get("reduce_bucket_size"), m.hidden_size**2),
+        allgather_bucket=_elements(zero.get("allgather_bucket_size"), 5e8),
+        overlap_comm=bool(zero.get("overlap_comm", False)),
+        zero3_max_live=_elements(zero.get("stage3_max_live_parameters"), 1e9),
+        zero3_prefetch=_elements(zero.get("stage3_prefetch_bucket_size"), 0.9 * m.hidden_size**2),
+        calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
+        **_quantization(cfg),
+    )
+
+
+def _quantization(cfg: DictConfig) -> dict:
+    """The Inputs fields of model.quantization. Quantized: every decoder linear layer (attention and
+    MLP projections); embeddings, norms, lm_head and a vision tower stay in model.dtype (bitsandbytes
+    skips the output layer; the vision tower is planned unquantized, the conservative side)."""
+    q, m = cfg.model.get("quantization"), cfg.model
+    if q is None:
+        return {}
+    q_dim, kv_dim = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
+    linear = m.num_hidden_layers * (
+        2 * m.hidden_size * q_dim + 2 * m.hidden_size * kv_dim + 3 * m.hidden_size * m.intermediate_size
+    )
+    compute = m.dtype if q.compute_dtype == "auto" else q.compute_dtype
+    return {
+        "quant_bytes": quantized_bytes_per_weight(q),
+        "quantized_params": min(linear, m.num_parameters),
+        "compute_bytes": DTYPE_BYTES[compute],
+        "prequantized": bool(q.prequantized),
+    }
+
+
+def _elements(value, auto: float) -> float:
+    """A DeepSpeed size in elements: "auto" is what transformers' integration fills in (hidden^2 for
+    reduce_bucket_size, 0.9 hidden^2 for stage3_prefetch_bucket_size); unset is DeepSpeed's default."""
+    return auto if value is None or value == "auto" else float(value)

@@ -1,0 +1,307 @@
+"""Per-GPU peak memory of a GRPO run: the arithmetic. Pure functions of `Inputs` (inputs.py), in bytes until
+reported in GiB (2**30); no torch import. Formulas, sources and known limits: docs/memory-planner.md.
+
+`estimate(x)` plans a training GPU (every phase of a GRPO step) and, for vllm=server, a serving GPU;
+`train_phase_parts` splits the train phase into the groups calibration fits.
+"""
+
+from dataclasses import dataclass, field, replace
+
+from grpo_exp import GIB
+from grpo_exp.planning.calibration import GROUPS
+from grpo_exp.planning.inputs import Inputs
+
+CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
+CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl resident (measured here: ~0.5 GiB)
+# Under memory.limit_gib a CPU rank is capped by RLIMIT_DATA, which counts address space, not RSS:
+# an idle worker (torch, transformers, trl imported) already holds 1.5 GiB of it (VmData, measured
+# here), and tensors count from allocation, touched or not.
+CPU_RUNTIME_UNDER_LIMIT = 1.5 * GIB
+FRAGMENTATION = 0.05  # allocator reserve on top of live tensors (expandable_segments keeps it low)
+# Saved-for-backward bytes per token of one decoder layer, as coefficients of (hidden, q_dim =
+# heads x head_dim, kv_dim, intermediate, q_dim + kv_dim when q/k are RMS-normed as in Qwen3), for
+# fp32 weights, fp32 weights under bf16 autocast, and bf16 weights. Least squares over Qwen2.5-0.5B,
+# 1.5B, 7B, Qwen3-0.6B, 1.7B, 4B and Llama-3.1-8B widths: every one within 0.3%. Structurally: four
+# copies of the MLP's intermediate, about six of the hidden state (norms in fp32, residual), two of
+# q and of k/v (rotary, attention in and out); flash/memory-efficient attention keeps no s x s.
+ACTIVATION_BYTES_PER_TOKEN = {
+    "fp32": (23.5, 7.89, 9.45, 16.15, 8.02),
+    "autocast": (25.5, 3.89, 5.45, 8.15, 6.02),
+    "bf16": (15.75, 3.96, 4.73, 8.08, 6.02),
+}
+# The LM head's tensors saved for backward, bytes per token per hidden unit, by the weights' bytes:
+# the final hidden state and its norm's input and output (fp32 weights: three fp32 copies).
+HEAD_SAVED_BYTES_PER_HIDDEN = {4: 12, 2: 8}
+VLLM_NON_TORCH = 1.3 * GIB  # NCCL, CUDA context of the engine (vLLM's own startup log, PR #11743)
+VLLM_CUDA_GRAPHS = 1.0 * GIB  # captured graphs, outside gpu_memory_utilization (0.4-3.3 GiB seen)
+VLLM_PROFILE_TOKENS = 8192  # vLLM's max_num_batched_tokens default for the server
+
+
+@dataclass
+class RoleEstimate:
+    components: dict[str, float]  # bytes
+    phases: dict[str, float]  # bytes
+    capacity: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak(self) -> float:
+        return max(self.phases.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak <= self.capacity
+
+    def to_dict(self) -> dict:
+        # unrounded: the tiny model's states are ~1e-4 GiB, and calibration compares them within 5%
+        return {
+            "peak_gib": self.peak / GIB,
+            "capacity_gib": self.capacity / GIB,
+            "headroom_gib": (self.capacity - self.peak) / GIB,
+            "fits": self.fits,
+            "components_gib": {k: v / GIB for k, v in self.components.items()},
+            "phases_gib": {k: v / GIB for k, v in self.phases.items()},
+            "notes": self.notes,
+        }
+
+
+def model_states(x: Inputs) -> dict[str, float]:
+    """Parameters, gradients and optimizer states on one training rank (DeepSpeed's estimator
+    formulas for ZeRO-1/2/3, PyTorch AdamW otherwise). Adapters train in fp32 (PEFT's default)."""
+    n, wb = x.world_size, x.dtype_bytes
+    trainable = x.lora_params or x.params
+    tb = 4 if x.lora_params else wb  # bytes per trainable parameter (PEFT upcasts adapters)
+    frozen = base_weight_bytes(x) / wb if x.lora_params else 0  # in model.dtype units, quantized layers at their bytes
+    if x.zero_stage == 0:
+        return {
+            "weights": frozen * wb + trainable * tb,
+            "gradients": trainable * tb,
+            "optimizer": 2 * trainable * tb,  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
+        }
+
+    def shard(b):
+        return b / n
+
+    weights = (frozen * wb + trainable * tb) if x.zero_stage < 3 else shard(frozen * wb + trainable * tb)
+    # DeepSpeed keeps an fp32 master partition and fp32 Adam moments, and reduces gradients into
+    # partitions (16-bit, plus an fp32 copy when training in 16 bit). These are the gradients held
+    # at the optimizer step; ZeRO-1's full gradients during backward are `zero1_full_gradients`.
+    grads16 = shard(trainable * tb)
+    fp32_grads = 0 if tb == 4 else shard(trainable * 4)
+    if x.zero_stage == 3 and tb != 4:
+        # Stage 3 builds the fp32 gradients one sub-group at a time and frees each after its step
+        # (deepspeed/runtime/zero/stage3.py), so at most sub_group_size of them live at once.
+        fp32_grads = 4 * min(trainable / n, x.sub_group_size)
+    optimizer = shard(trainable * 4) + shard(trainable * 8)  # master copy + Adam moments
+    if x.offload_optimizer:
+        optimizer, fp32_grads = 0.0, 0.0
+    if x.offload_params and x.zero_stage == 3:
+        weights = 0.0
+    return {"weights": weights, "gradients": grads16 + fp32_grads, "optimizer": optimizer}
+
+
+def base_weight_bytes(x: Inputs) -> float:
+    """The base model's weights: quantized linear layers at their bytes per weight, the rest in model.dtype."""
+    return x.quantized_params * x.quant_bytes + (x.params - x.quantized_params) * x.dtype_bytes
+
+
+def _activations_per_layer(x: Inputs, tokens: int) -> float:
+    """Bytes one Llama/Qwen decoder layer saves for backward, fitted to the exact saved-tensor bytes
+    of a GRPO training forward on 7 architectures (training/saved_bytes.py; docs/memory-planner.md).
+    Padded batches (GRPO's always are) make transformers repeat the GQA keys and values to every
+    head: 2 (q_dim - kv_dim) more elements per token."""
+    regime = "bf16" if x.dtype_bytes == 2 else ("autocast" if x.autocast else "fp32")
+    c_h, c_q, c_kv, c_f, c_qk = ACTIVATION_BYTES_PER_TOKEN[regime]
+    per_token = (
+        c_h * x.hidden
+        + c_q * x.q_dim
+        + c_kv * x.kv_dim
+        + c_f * x.intermediate
+        + (c_qk * (x.q_dim + x.kv_dim) if x.qk_norm else 0.0)
+    )
+    return tokens * (per_token + 2 * (x.q_dim - x.kv_dim) * x.activation_bytes)
+
+
+def lm_head_saved(x: Inputs, tokens: int) -> float:
+    """What the final norm and the fused LM head keep for backward (measured: saved_bytes.py)."""
+    return tokens * x.hidden * HEAD_SAVED_BYTES_PER_HIDDEN[x.dtype_bytes]
+
+
+def _fused_head(x: Inputs, b: int, seq: int, backward: bool) -> float:
+    """The LM head as trl >= 1.x runs it (trl/kernels/chunked_logprob.py, patched in by GRPOTrainer):
+    the (tokens x vocab) logits are never materialised. It keeps a final hidden state per token for
+    backward and, while it runs, one fp32/16-bit tile of TOKEN_CHUNK_SIZE x chunk_size logits; its
+    backward adds fp32 accumulators for d(hidden) and, when the LM head trains, d(weight). The tile
+    is 4096 x 32768 (trl's TOKEN_CHUNK_SIZE x _CHUNKED_LOGPROB_CHUNK_SIZE): 512 MiB in fp32."""
+    tokens = b * x.completion if x.device == "cuda" else b * seq  # CUDA scores only the completion tokens
+    tile = min(tokens, 4096) * 32768 * x.activation_bytes  # allocated at the full chunk width, whatever the vocabulary
+    saved = lm_head_saved(x, b * seq)
+    per_token_stats = 6 * tokens * 4  # log-sum-exp, target logit, entropy sums (fp32)
+    if not backward:
+        return tile + per_token_stats
+    lm_head_trains = not x.lora_params
+    return saved + tile + per_token_stats + tokens * x.hidden * 4 + (x.vocab * x.hidden * 4 if lm_head_trains else 0.0)
+
+
+def _layer_params(x: Inputs) -> int:
+    """Weights of one decoder layer: q and o, k and v, the MLP's gate, up and down projections."""
+    return 2 * x.hidden * x.q_dim + 2 * x.hidden * x.kv_dim + 3 * x.hidden * x.intermediate
+
+
+def _deepspeed_buffers(x: Inputs, wb: int) -> float:
+    """What DeepSpeed holds besides the model states during backward: ZeRO-1/2's gradient reduce
+    bucket (overlap_comm keeps a second one in flight), ZeRO-3's parameters gathered on the fly -
+    the module running, the prefetch bucket, at most stage3_max_live_parameters - and its bucket."""
+    if x.zero_stage in (1, 2):
+        return x.reduce_bucket * wb * (2 if x.overlap_comm else 1)
+    if x.zero_stage == 3 and not x.offload_params:
+        largest = max(_layer_params(x), x.vocab * x.hidden)  # a decoder layer or the embedding / LM head
+        live = min(x.zero3_max_live, largest + x.zero3_prefetch)
+        return live * wb + x.reduce_bucket * wb
+    return 0.0
+
+
+def train_phase_parts(x: Inputs) -> dict[str, float]:
+    """The uncalibrated train-phase peak split into GROUPS, plus 'other' (a colocated
+    vLLM engine's resident share), in bytes: what calibration fits factors against."""
+    e = estimate_train(replace(x, calibration=()))
+    c = e.components
+    scale = 1 + FRAGMENTATION
+    parts = {
+        # the states group as the train phase holds it: every component of GROUPS["states"] but the
+        # whole-model gather, which only generate() does
+        "states": scale * sum(c[k] for k in GROUPS["states"] if k != "zero3_gather"),
+        "activations": scale * c["activations"],
+        "logits": scale * c["logits"],
+    }
+    parts["other"] = e.phases["train"] - sum(parts.values())
+    return parts
+
+
+def estimate_train(x: Inputs) -> RoleEstimate:
+    c = model_states(x)
+    wb = x.dtype_bytes
+    seq = x.prompt + x.completion
+    b = x.batch
+    c["reference_model"] = (x.params * wb / (x.world_size if x.zero_stage == 3 else 1)) if x.ref_model else 0.0
+    trainable_bytes = (x.lora_params * 4) if x.lora_params else x.params * wb
+    c["zero1_full_gradients"] = trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0
+    per_layer = _activations_per_layer(x, b * seq)
+    if x.checkpointing:  # layer inputs kept (the residual stream's dtype), one layer alive while it is recomputed
+        c["activations"] = x.layers * b * seq * x.hidden * (4 if x.autocast else wb) + per_layer
+    else:
+        c["activations"] = x.layers * per_layer
+    c["logits"] = _fused_head(x, b, seq, backward=True)
+    scoring_logits = _fused_head(x, b, seq, backward=False)  # no-grad log-probs of b sequences
+    # bf16 autocast over fp32 weights keeps a 16-bit copy of every decoder layer's weights for
+    # backward (measured; not the embedding or the fused LM head); checkpointing: one layer's
+    c["autocast_weights"] = 2 * _layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0
+    c["deepspeed_buffers"] = _deepspeed_buffers(x, wb)
+    # A quantized layer runs on a dequantized copy of its weight, one layer at a time (forward and backward).
+    largest_linear = max(x.hidden * x.intermediate, x.hidden * x.q_dim)
+    c["dequantized_weights"] = largest_linear * x.compute_bytes if x.quantized_params else 0.0
+    generation_seqs = b * x.steps_per_generation  # this rank's share of the generation batch
+    if x.vllm_mode == "off":
+        c["kv_cache"] = 2 * x.layers * x.kv_dim * wb * seq * generation_seqs
+    else:
+        c["kv_cache"] = 0.0
+    if x.zero_stage == 3 and x.vllm_mode == "off" and x.ds3_gather_for_generation:
+        c["zero3_gather"] = x.params * wb  # the whole model gathered for generate()
+    elif x.zero_stage == 3 and x.vllm_mode != "off" and x.lora_params:
+        c["zero3_gather"] = x.params * wb  # weight sync gathers the whole model to merge the adapters
+    elif x.zero_stage == 3:
+        c["zero3_gather"] = 4 * x.vocab * x.hidden  # largest layer gathered (DeepSpeed's estimator)
+    else:
+        c["zero3_gather"] = 0.0
+    vllm_awake = vllm_resident = 0.0
+    if x.vllm_mode == "colocate":
+        vllm_awake = x.vllm_util * x.capacity + VLLM_CUDA_GRAPHS
+        vllm_resident = VLLM_CUDA_GRAPHS if x.vllm_sleep else vllm_awake
+    c["vllm_colocated"] = vllm_awake
+    c["runtime"] = (
+        CUDA_CONTEXT if x.device == "cuda" else (CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME)
+    )
+
+    for name, factor in x.calibration:  # preflight.calibration: factors fitted on measured runs
+        for component in GROUPS[name]:
+            c[component] *= factor
+    persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"]
+    phases = {
+        "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"] + c["dequantized_weights"],
+        "score": persistent + vllm_resident + scoring_logits + c["dequantized_weights"],
+        "train": persistent
+        + vllm_resident
+        + c["activations"]
+        + c["autocast_weights"]
+        + c["logits"]
+        + c["gradients"]
+        + c["zero1_full_gradients"]
+        + c["deepspeed_buffers"]
+        + c["dequantized_weights"],
+        "optimizer": persistent
+        + vllm_resident
+        + c["gradients"]
+        + (x.allgather_bucket * wb if x.zero_stage in (1, 2) else 0.0),
+    }
+    torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
+    phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
+    c["allocator_reserve"] = FRAGMENTATION * max(torch_part.values())
+    return RoleEstimate(c, phases, x.capacity)
+
+
+def kv_bytes_per_token(x: Inputs) -> float:
+    return 2 * x.layers * (x.kv_heads / x.vllm_tp) * x.head_dim * 2  # bf16 K and V, per TP shard
+
+
+def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
+    """One vLLM engine GPU: weights per TP shard, profile activations, non-torch memory, the KV
+    cache as what remains of gpu_memory_utilization x capacity, CUDA graphs on top."""
+    budget = x.vllm_util * x.capacity
+    c = {
+        # a pre-quantized checkpoint is served at its own bits; anything else in 16 bits
+        "weights": (base_weight_bytes(replace(x, dtype_bytes=2)) if x.prequantized else x.params * 2) / x.vllm_tp,
+        "profile_activations": VLLM_PROFILE_TOKENS * (2 * x.hidden + 2 * x.intermediate / x.vllm_tp) * 2
+        + 256 * x.vocab * 4,
+        "non_torch": VLLM_NON_TORCH,
+    }
+    c["kv_cache"] = max(0.0, budget - sum(c.values()))
+    c["cuda_graphs"] = VLLM_CUDA_GRAPHS
+    notes = []
+    per_token = kv_bytes_per_token(x)
+    if c["kv_cache"] <= 0:
+        notes.append("no memory left for the KV cache within gpu_memory_utilization")
+    elif x.vllm_max_len * per_token > c["kv_cache"]:
+        notes.append(
+            f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; only "
+            f"{c['kv_cache'] / GIB:.2f} GiB is left"
+        )
+    else:
+        concurrency = c["kv_cache"] / (per_token * (x.prompt + x.completion))
+        notes.append(
+            f"KV cache holds {c['kv_cache'] / per_token:,.0f} tokens: ~{concurrency:.0f} sequences of "
+            "prompt+completion at once"
+        )
+    peak = budget + c["cuda_graphs"]
+    engine_ok = c["kv_cache"] > 0 and x.vllm_max_len * per_token <= c["kv_cache"]
+    # An engine that cannot start is as fatal as an OOM: report it as over capacity.
+    return RoleEstimate(c, {"generate": peak if engine_ok else max(peak, x.capacity + 1)}, x.capacity, notes)
+
+
+@dataclass
+class Estimate:
+    train: RoleEstimate
+    vllm: RoleEstimate | None
+
+    @property
+    def fits(self) -> bool:
+        return self.train.fits and (self.vllm is None or self.vllm.fits)
+
+
+def estimate(x: Inputs) -> Estimate:
+    train = estimate_train(x)
+    if x.vllm_mode == "colocate":
+        engine = estimate_vllm_engine(x)
+        if not engine.phases["generate"] <= x.capacity:  # the colocated engine cannot start
+            train.phases["generate"] = max(train.phases["generate"], x.capacity + 1)
+            train.notes += engine.notes
+    return Estimate(train, estimate_vllm_engine(x) if x.vllm_mode == "server" else None)

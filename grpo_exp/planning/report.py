@@ -1,0 +1,35 @@
+"""The memory plan as terminal tables (rich): per role its peak against capacity, the components and
+phases, the notes and the ranked fixes."""
+
+
+def print_plan(memory: dict) -> None:
+    """The breakdown as terminal tables (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=110)
+    for role in ("train", "vllm"):
+        r = memory[role]
+        if r is None:
+            continue
+        verdict = "[green]fits[/]" if r["fits"] else "[red]OOM[/]"
+        unit = "GPU" if memory["device"] == "cuda" else "process (host RAM)"
+        console.print(f"{role}: peak per {unit} {r['peak_gib']:.2f} of {r['capacity_gib']:.2f} GiB - {verdict}")
+        table = Table()
+        table.add_column("component")
+        table.add_column("GiB", justify="right")
+        for name, gib in r["components_gib"].items():
+            if gib:
+                table.add_row(name, f"{gib:.2f}")
+        table.add_section()
+        for name, gib in r["phases_gib"].items():
+            table.add_row(f"phase: {name}", f"{gib:.2f}")
+        console.print(table)
+        for note in r["notes"]:
+            console.print(f"  {note}")
+    for line in memory["errors"] + memory["notes"]:
+        console.print(f"  note: {line}")
+    if memory["suggestions"]:
+        console.print("what would fit (ranked):")
+        for item in memory["suggestions"]:
+            console.print(f"  {'[green]fits [/]' if item['fits'] else 'helps'}  {item['text']}")

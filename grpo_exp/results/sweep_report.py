@@ -1,0 +1,19 @@
+"""The end of a multirun, as a Hydra callback (conf/config.yaml's hydra.callbacks): trials submitted to
+SLURM without waiting are gathered first (each gets its final summary), then every trial's status, peak
+and throughput is printed as one table. OOMs, predicted OOMs and failures of trials are results: the sweep
+still exits 0 once every trial ran.
+"""
+
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+
+class SweepReport(Callback):
+    def on_multirun_end(self, config, **kwargs) -> None:
+        from grpo_exp.launching import slurm
+        from grpo_exp.results import compare
+
+        slurm.gather()  # a parallel SLURM sweep: every trial's result before the table
+        sweep_dir = Path(config.hydra.sweep.dir)
+        compare.print_table(compare.load_local(sweep_dir), title=f"sweep {sweep_dir}")

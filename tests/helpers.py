@@ -1,0 +1,210 @@
+"""What tests share besides fixtures: composing a config as the driver does, the driver's own checks and
+plan in-process, and the real CLI in a subprocess (only where the command line itself is what is tested).
+
+    compose_cfg(*overrides)        the composed config `python -m grpo_exp <overrides>` would run
+    report(*overrides)             (what the driver reports, the checked config): unknown keys, compose, checks
+    planned(*overrides)            the driver's plan of a config that must pass every check: cfg, plan, memory
+    run_job(*overrides, run_dir)   the driver's whole job in-process (launching/job.py), as Hydra would hand it
+    run_driver / start_driver      `python -m grpo_exp` as a user runs it
+"""
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import DictConfig
+
+from grpo_exp.config.schema import register_configs
+
+REPO = Path(__file__).resolve().parent.parent
+CONF = REPO / "conf"
+FIXTURES = REPO / "tests" / "fixtures"  # small data files tests read
+register_configs()
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def compose_cfg(*overrides: str, hydra_config: bool = False) -> DictConfig:
+    """The config `python -m grpo_exp <overrides>` would run (with the `hydra` node if asked). Hydra is
+    initialised once per test process: re-initialising it costs more than the compose itself."""
+    if not GlobalHydra.instance().is_initialized():
+        initialize_config_dir(str(CONF), version_base="1.3")
+    return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+
+
+def report(*items: str, gpus: int = 0) -> tuple[str, DictConfig | None]:
+    """What the driver reports for these command-line overrides, in-process, and the checked config (None
+    when it did not compose): the pre-scan of unknown keys, composing, finalize, then the staged checks."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from grpo_exp.__main__ import deepspeed_override
+    from grpo_exp.config import errors, overrides
+    from grpo_exp.launching import job
+
+    items = [deepspeed_override(i) for i in items]
+    unknown = overrides.unknown(items)
+    found = [str(p) for p in unknown.values()]
+    try:
+        cfg = compose_cfg(*[i for i in items if i not in unknown])
+    except (HydraException, OmegaConfBaseException, ValueError, OverflowError) as exc:
+        return "\n".join([*found, errors.explain(exc)]), None
+    problems = job.finalize(cfg, set(overrides.values(items)))
+    if not problems:
+        problems = job.check(cfg, Path("/nonexistent-run-dir"), gpus=gpus)[1]
+    return "\n".join(found + [str(p) for p in problems]), cfg
+
+
+def problems(*overrides: str, gpus: int = 0) -> list:
+    """The driver's problems with `overrides` (composed as the CLI composes them), stage by stage."""
+    from grpo_exp.__main__ import deepspeed_override
+
+    cfg = compose_cfg(*map(deepspeed_override, overrides))  # as the CLI rewrites deepspeed.<key>=v
+    return check(cfg, gpus=gpus)[1]
+
+
+def problem_keys(found) -> list[str]:
+    return [p.key for p in found]
+
+
+@dataclass
+class Planned:
+    cfg: DictConfig
+    plan: object  # placement.Plan
+    memory: dict  # planner.preflight's dict: the memory part of plan.json
+
+    @property
+    def inputs(self):
+        from grpo_exp.planning import inputs
+
+        return inputs.inputs(self.cfg, self.plan)
+
+
+def planned(*overrides: str, gpus: int = 0) -> Planned:
+    """The driver's plan of `overrides` (action=plan), which must pass every check."""
+    from grpo_exp.launching import job
+    from grpo_exp.planning import planner
+
+    text, cfg = report("action=plan", *overrides, gpus=gpus)
+    assert text == "", text
+    plan, _ = job.check(cfg, Path("/nonexistent-run-dir"), gpus=gpus)
+    return Planned(cfg, plan, planner.preflight(cfg, plan))
+
+
+def run_job(*overrides: str, run_dir: Path, gpus: int = 0, sweeping: bool = False):
+    """The driver's whole job (launching/job.py) in-process for these overrides, as Hydra hands it over:
+    its Ended (exit code, run dir, summary)."""
+    from grpo_exp.__main__ import deepspeed_override
+    from grpo_exp.config import overrides as cli_overrides
+    from grpo_exp.launching import job
+
+    items = [deepspeed_override(i) for i in overrides]
+    unknown = cli_overrides.unknown(items)
+    cfg = compose_cfg(*[i for i in items if i not in unknown])
+    spec = job.Job(
+        cfg,
+        Path(run_dir),
+        sweeping=sweeping,
+        explicit=set(cli_overrides.values(items)),
+        unknown=list(unknown.values()),
+        overrides=items,
+        gpus=gpus,
+    )
+    return job.run(spec)
+
+
+def run_fresh(body: str) -> None:
+    """Run a VmHWM test in a fresh process: after other tests (the planner-fidelity ones build GB-sized
+    models) freed but still-resident heap absorbs a spike of tens of MiB without raising the RSS peak."""
+    import subprocess
+    import sys
+    import textwrap
+
+    prelude = """
+import torch
+from grpo_exp.training import phases, probes
+MIB = 2**20
+if not probes.MemoryProbe().host_peak_resettable:
+    raise SystemExit(77)
+"""
+    result = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(body)], capture_output=True, text=True)
+    if result.returncode == 77:
+        import pytest
+
+        pytest.skip("this kernel/sandbox does not allow resetting VmHWM")
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+def driver_env(model_cache: Path, **extra: str) -> dict[str, str]:
+    """The environment every test's driver runs in: this checkout importable, the session's tiny-model
+    cache, W&B quiet and never online (no API key unless a test passes one in `extra`)."""
+    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
+    for name in ("WANDB_API_KEY", "PYTHONWARNINGS"):
+        env.pop(name, None)
+    return {**env, **extra}
+
+
+def run_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, timeout: int = 600):
+    """`python -m grpo_exp <args>` to its end, as a user runs it: the CompletedProcess (text output)."""
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_exp", *args],
+        cwd=cwd,
+        env=driver_env(model_cache, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+    """`python -m grpo_exp <args>` in the background: the Popen, stdout and stderr merged into one text
+    pipe unless `popen` says otherwise (a driver nobody reads for minutes needs DEVNULL: a full pipe blocks it)."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
+    return subprocess.Popen(
+        [sys.executable, "-m", "grpo_exp", *args],
+        cwd=cwd,
+        env=driver_env(model_cache, **(env or {})),
+        text=True,
+        **popen,
+    )
+
+
+def kill_all(processes) -> None:
+    """SIGKILL each of `processes` (Popen or psutil.Process) that is still there."""
+    import psutil
+
+    for proc in processes:
+        try:
+            proc.kill()
+        except (psutil.NoSuchProcess, ProcessLookupError):
+            pass
+
+
+# Runs several tests read (tests/conftest.py makes them once per session): the secrets in one run's
+# environment, and the GRPOConfig fields beyond grpo_exp's YAML it sets.
+SECRETS = {
+    "WANDB_API_KEY": "marker-wandb-0f9e8d7c",
+    "HF_TOKEN": "hf_marker_1a2b3c4d",
+    "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b",
+}
+EXTRA_FIELDS = (
+    "trainer.save_total_limit=2",
+    "trainer.epsilon_high=0.28",
+    "trainer.min_p=0.05",
+    "trainer.beta=0.04",
+    "trainer.sync_ref_model=true",
+)
+
+
+def check(cfg: DictConfig, run_dir: Path = Path("/nonexistent-run-dir"), gpus: int = 0, explicit=()):
+    """The driver's finalize and checks of a composed `cfg`, in place: (launch plan or None, problems)."""
+    from grpo_exp.launching import job
+
+    problems = job.finalize(cfg, set(explicit))
+    return (None, problems) if problems else job.check(cfg, run_dir, gpus)

@@ -1,0 +1,313 @@
+"""The memory planner: hand-computed components, DeepSpeed's estimator, monotonicity, every shipped
+model x cluster topology, verdicts and ranked fixes, and action=run refusing a predicted OOM."""
+
+import dataclasses
+import itertools
+
+import pytest
+
+from grpo_exp.planning import fixes, inputs, memory, placement, planner
+from tests.helpers import compose_cfg, group_options, planned, run_job
+
+GIB = 2**30
+P7 = 7615616512  # Qwen2.5-7B
+
+
+def plan_inputs(*overrides, gpus=0):
+    return planned(*overrides, gpus=gpus).inputs
+
+
+def test_model_states_by_zero_stage_hand_computed():
+    base = plan_inputs("model=qwen7b", "topology=1x8")
+    assert base.world_size == 8 and base.dtype_bytes == 2
+    # plain DDP, bf16 weights: 2P weights, 2P gradients, AdamW moments in bf16 (4P)
+    assert memory.model_states(base) == {"weights": 2 * P7, "gradients": 2 * P7, "optimizer": 4 * P7}
+    z2 = memory.model_states(dataclasses.replace(base, zero_stage=2))
+    # DeepSpeed's estimate_zero2_model_states_mem_needs: 2P + 18P/N (16-bit params + 2+4+4+8 bytes/N)
+    assert sum(z2.values()) == pytest.approx(2 * P7 + 18 * P7 / 8)
+    z3 = memory.model_states(dataclasses.replace(base, zero_stage=3))
+    assert z3 == {"weights": 2 * P7 / 8, "gradients": 6 * P7 / 8, "optimizer": 12 * P7 / 8}
+    z3_offload = memory.model_states(
+        dataclasses.replace(base, zero_stage=3, offload_optimizer=True, offload_params=True)
+    )
+    assert z3_offload == {"weights": 0.0, "gradients": 2 * P7 / 8, "optimizer": 0.0}
+
+
+def test_lora_trainable_parameters_hand_computed():
+    cfg = compose_cfg("model=qwen7b", "peft=lora")
+    h, kv, f, L = 3584, 4 * 128, 18944, 28
+    per_layer = 16 * ((h + h) + 2 * (h + kv) + (h + h) + 2 * (h + f) + (f + h))
+    assert inputs.lora_trainable(cfg) == per_layer * L
+    x = plan_inputs("model=qwen7b", "peft=lora", "topology=1x8")
+    states = memory.model_states(x)
+    assert states["weights"] == 2 * P7 + 4 * x.lora_params  # frozen bf16 base + fp32 adapters
+    assert states["optimizer"] == 8 * x.lora_params
+
+
+def test_activation_logit_and_kv_components_hand_computed():
+    x = plan_inputs(
+        "model=qwen7b",
+        "topology=1x8",
+        "trainer.per_device_train_batch_size=2",
+        "trainer.max_completion_length=1024",
+        "data.max_prompt_length=512",
+    )
+    c = memory.estimate_train(x).components
+    s, h, q, kv, f, V, C = 1536, 3584, 3584, 512, 18944, 152064, 1024
+    c_h, c_q, c_kv, c_f, _ = memory.ACTIVATION_BYTES_PER_TOKEN["bf16"]  # qwen2: no q/k norm
+    # + GQA keys/values repeated (padding)
+    per_layer = 2 * s * (c_h * h + c_q * q + c_kv * kv + c_f * f + 2 * (q - kv) * 2)
+    assert c["activations"] == pytest.approx(28 * per_layer)
+    # trl's fused LM head on a GPU: the completion tokens' tile, fp32 per-token stats, d(hidden) and d(weight) in fp32
+    tokens = 2 * C
+    assert c["logits"] == pytest.approx(
+        2 * s * h * 8 + min(tokens, 4096) * 32768 * 2 + 6 * tokens * 4 + tokens * h * 4 + V * h * 4
+    )
+    assert c["kv_cache"] == 2 * 28 * kv * 2 * s * 2  # vllm off: generate() holds K and V for 2 sequences
+    with_ckpt = memory.estimate_train(dataclasses.replace(x, checkpointing=True)).components
+    assert with_ckpt["activations"] == pytest.approx(28 * 2 * s * h * 2 + per_layer)
+
+
+def test_lora_keeps_the_lm_head_frozen_so_no_fp32_weight_gradient():
+    full = memory.estimate_train(plan_inputs("model=qwen7b", "topology=1x8")).components["logits"]
+    lora = memory.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "peft=lora")).components["logits"]
+    assert full - lora == pytest.approx(152064 * 3584 * 4)
+
+
+def test_deepspeed_buffers_follow_the_deepspeed_group():
+    def buffers(*o):
+        return memory.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", *o)).components["deepspeed_buffers"]
+
+    assert buffers() == 0
+    assert buffers("deepspeed=zero2") == 3584**2 * 2  # reduce_bucket_size "auto" = hidden^2 elements
+    assert buffers("deepspeed=zero2", "deepspeed.zero_optimization.reduce_bucket_size=5e8") == 5e8 * 2
+    assert buffers("deepspeed=zero2", "deepspeed.zero_optimization.overlap_comm=true") == 2 * 3584**2 * 2
+    live = 152064 * 3584 + 0.9 * 3584**2  # the LM head (largest) + the prefetch bucket
+    assert buffers("deepspeed=zero3") == pytest.approx(live * 2 + 3584**2 * 2)
+    assert buffers("deepspeed=zero3", "deepspeed.zero_optimization.stage3_max_live_parameters=1e8") == pytest.approx(
+        1e8 * 2 + 3584**2 * 2
+    )
+
+
+def test_reference_model_only_with_beta_and_no_lora():
+    assert (
+        memory.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04")).components[
+            "reference_model"
+        ]
+        == 2 * P7
+    )
+    assert (
+        memory.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "trainer.beta=0.04", "peft=lora")).components[
+            "reference_model"
+        ]
+        == 0
+    )
+    assert memory.estimate_train(plan_inputs("model=qwen7b", "topology=1x8")).components["reference_model"] == 0
+
+
+def test_zero3_gathers_the_whole_model_for_generate_or_lora_weight_sync():
+    def gather(*o):
+        return memory.estimate_train(plan_inputs("model=qwen7b", "topology=1x8", "deepspeed=zero3", *o)).components[
+            "zero3_gather"
+        ]
+
+    assert gather() == 2 * P7  # generate() with ds3_gather_for_generation
+    assert gather("vllm=colocate", "peft=lora") == 2 * P7  # sync_weights merges adapters into a gathered model
+    assert gather("vllm=colocate") == 4 * 152064 * 3584  # one parameter at a time: the largest layer
+
+
+def test_vllm_server_engine_kv_budget():
+    x = plan_inputs("model=qwen7b", "topology=2x8", "vllm=server")
+    engine = memory.estimate_vllm_engine(x)
+    c = engine.components
+    assert c["weights"] == 2 * P7
+    assert c["kv_cache"] == pytest.approx(0.9 * 80 * GIB - c["weights"] - c["profile_activations"] - c["non_torch"])
+    assert engine.peak == pytest.approx(0.9 * 80 * GIB + memory.VLLM_CUDA_GRAPHS) and engine.fits
+    assert memory.kv_bytes_per_token(x) == 2 * 28 * 4 * 128 * 2  # 56 KiB/token, as vLLM computes it
+
+
+def test_vllm_engine_that_cannot_hold_one_sequence_is_an_oom():
+    x = plan_inputs(
+        "model=qwen7b", "topology=2x8", "vllm=server", "vllm.gpu_memory_utilization=0.2", "topology.gpu_memory_gib=80"
+    )
+    e = memory.estimate(x)
+    assert not e.fits and "KV cache" in " ".join(e.vllm.notes)
+    ranked = fixes.suggest(x)
+    assert ranked[0]["fits"] and ranked[0]["key"] in (
+        "vllm.gpu_memory_utilization",
+        "vllm.max_model_length",
+        "vllm.tensor_parallel_size",
+    )
+
+
+@pytest.mark.parametrize(
+    "field,values",
+    [
+        ("batch", [1, 2, 4, 8, 16]),
+        ("completion", [64, 256, 1024, 4096]),
+        ("prompt", [64, 512, 2048]),
+        ("steps_per_generation", [1, 2, 4]),
+    ],
+)
+@pytest.mark.parametrize("variant", ["ddp", "zero3", "colocate", "lora_ckpt"])
+def test_more_batch_or_length_never_lowers_a_peak(field, values, variant):
+    overrides = {
+        "ddp": [],
+        "zero3": ["deepspeed=zero3"],
+        "colocate": ["vllm=colocate"],
+        "lora_ckpt": ["peft=lora", "trainer.activation_checkpointing=true"],
+    }[variant]
+    x = plan_inputs("model=qwen7b", "topology=1x8", *overrides)
+    previous = None
+    for value in values:
+        phases = memory.estimate_train(dataclasses.replace(x, **{field: value})).phases
+        if previous is not None:
+            assert all(phases[p] >= previous[p] for p in phases), (field, value)
+        previous = phases
+
+
+MODELS = [m for m in group_options("model") if m not in ("tiny", "auto")]  # auto: numbers come from a model dir
+TOPOLOGIES = ["1x1", "1x2", "1x4", "1x8", "2x8", "4x8"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model,topology", list(itertools.product(MODELS, TOPOLOGIES)))
+def test_every_shipped_model_and_topology_plans(model, topology):
+    for vllm in ("off", "colocate") + (("server",) if topology not in ("1x1",) else ()):
+        cfg = compose_cfg(f"model={model}", f"topology={topology}", f"vllm={vllm}")
+        memory = planner.preflight(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=0))
+        engine_fits = memory["vllm"] is None or memory["vllm"]["peak_gib"] <= memory["vllm"]["capacity_gib"]
+        assert memory["train"]["peak_gib"] > 0
+        assert memory["fits"] == (memory["train"]["peak_gib"] <= memory["train"]["capacity_gib"] and engine_fits)
+        assert (memory["vllm"] is not None) == (vllm == "server")
+        if not memory["fits"]:
+            assert memory["suggestions"], (model, topology, vllm)
+
+
+def test_known_cases_verdicts():
+    fits = plan_inputs("model=qwen0.5b", "topology=1x8")
+    assert memory.estimate(fits).fits
+    # the seeds: Qwen2.5-7B full fine-tune on 24 GB cards does not fit without ZeRO/LoRA
+    seed = plan_inputs(
+        "model=qwen7b", "topology=1x4", "topology.gpu_memory_gib=24", "vllm=colocate", "vllm.gpu_memory_utilization=0.6"
+    )
+    assert not memory.estimate(seed).fits
+    big = plan_inputs(
+        "model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=2048"
+    )
+    ranked = fixes.suggest(big)
+    first = ranked[0]
+    assert first["fits"] and first["key"] == "trainer.per_device_train_batch_size"
+    assert memory.estimate(dataclasses.replace(big, batch=first["value"])).fits
+    assert not memory.estimate(dataclasses.replace(big, batch=first["value"] + 1)).fits
+    ckpt = next(s for s in ranked if s["key"] == "trainer.activation_checkpointing")
+    assert ckpt["saves_gib"] > 100
+
+
+def test_action_plan_prints_the_breakdown_and_writes_memory_fields(tmp_path, capsys):
+    import json
+
+    run_dir = tmp_path / "run"
+    overrides = ("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16")
+    ended = run_job(*overrides, "trainer.max_completion_length=2048", "action=plan", run_dir=run_dir)
+    out = capsys.readouterr().out
+    assert ended.code == 0
+    assert "train: peak per GPU" in out and "OOM" in out and "what would fit" in out
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["fits"] is False and plan["errors"] == []
+    assert set(plan["train"]) >= {"peak_gib", "capacity_gib", "components_gib", "phases_gib"}
+    assert set(plan["train"]["phases_gib"]) == {"generate", "score", "train", "optimizer"}
+    # no engine memory
+    assert plan["vllm"] == {
+        "mode": "off",
+        "server_node": None,
+        "nodes": 0,
+        "gpus": 0,
+        "tensor_parallel_size": 1,
+    }
+    assert plan["suggestions"][0]["fits"]
+
+
+def test_run_refuses_a_predicted_oom_with_exit_3(tmp_path):
+    # 12k completions per CPU process of the tiny model would need more RAM than this machine has
+    run_dir = tmp_path / "run"
+    ended = run_job(
+        "logger=none",
+        "trainer.per_device_train_batch_size=16384",
+        "trainer.num_generations=4",
+        "data.num_samples=8192",
+        run_dir=run_dir,
+    )
+    assert ended.code == 3
+    import json
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "predicted_oom" and summary["exit_code"] == 3
+    assert summary["suggestions"] and not (run_dir / "train.log").exists()
+
+
+@pytest.mark.parametrize("sub_group", [None, 2_000_000_000, 100_000_000])
+def test_zero3_fp32_gradients_follow_deepspeeds_sub_groups(sub_group):
+    """bf16 ZeRO-3 at the optimizer step: 16 bytes/param/N of states plus fp32 gradients for one
+    sub-group at a time (deepspeed/runtime/zero/stage3.py), not 20 bytes/param/N."""
+    P, N = 32763876352, 8  # Qwen2.5-32B on one 8-GPU node
+    extra = [f"++deepspeed.zero_optimization.sub_group_size={sub_group}"] if sub_group else []
+    states = memory.model_states(plan_inputs("model=qwen32b", "topology=1x8", "deepspeed=zero3", *extra))
+    assert sum(states.values()) == pytest.approx(16 * P / N + 4 * min(P / N, sub_group or 1e9))
+
+
+def test_on_oom_fit_keeps_the_experiment_and_records_the_change(tmp_path):
+    from omegaconf import OmegaConf
+
+    run_dir = tmp_path / "run"
+    ended = run_job(
+        "action=plan",
+        "trainer.per_device_train_batch_size=4096",
+        "trainer.num_generations=4",
+        "data.num_samples=4096",  # one generation batch's prompts
+        "memory.limit_gib=3",
+        "trainer.steps_per_generation=2",
+        "preflight.on_oom=fit",
+        run_dir=run_dir,
+    )
+    assert ended.code == 0
+    import json
+
+    assert json.loads((run_dir / "plan.json").read_text())["fits"] is True
+    t = OmegaConf.load(run_dir / "config.yaml")
+    assert t.trainer.per_device_train_batch_size < 4096
+    # the batch per optimizer step
+    assert t.trainer.per_device_train_batch_size * t.trainer.gradient_accumulation_steps == 4096
+    assert t.trainer.per_device_train_batch_size * t.trainer.steps_per_generation == 4096 * 2  # the generation batch
+    assert t.preflight.fitted[0].startswith("trainer.per_device_train_batch_size: 4096 -> ")
+
+
+def test_on_oom_fit_refuses_when_nothing_keeps_the_experiment(tmp_path, caplog):
+    ended = run_job(
+        "logger=none",
+        "trainer.per_device_train_batch_size=2",
+        "trainer.num_generations=2",
+        "topology.cpu_procs=1",
+        "model=qwen72b",
+        "model.name_or_path=null",
+        "memory.limit_gib=2",
+        "preflight.on_oom=fit",
+        run_dir=tmp_path / "run",
+    )
+    assert ended.code == 3 and "no change that keeps the experiment the same fits" in caplog.text
+
+
+def test_calibration_fit_recovers_factors_and_holds_a_floor():
+    from grpo_exp.planning import calibration
+
+    true = {"states": 1.2, "activations": 0.8, "logits": 0.5}
+    parts = [(1.0, 0.5, 0.2), (1.0, 2.0, 0.3), (1.0, 0.7, 1.5), (1.0, 3.0, 2.0)]
+    samples = [{"states": a, "activations": b, "logits": c, "other": 0.1} for a, b, c in parts]
+    for s in samples:
+        s["measured"] = calibration.predict(s, true)
+    assert calibration.fit(samples) == pytest.approx(true)
+    for s in samples:  # logits cost nothing measured: held at the floor, the others refitted exactly
+        s["measured"] = calibration.predict(s, {**true, "logits": 0.0})
+    fitted = calibration.fit(samples)
+    assert fitted["logits"] == calibration.FLOOR
+    assert [calibration.predict(s, fitted) for s in samples] == pytest.approx([s["measured"] for s in samples], rel=0.1)

@@ -1,0 +1,32 @@
+"""The measured GRPOTrainer: every method it overrides is one the installed trl has."""
+
+from grpo_exp.training import measured_trainer
+
+
+def test_the_installed_trl_has_every_method_the_measured_trainer_overrides():
+    """An upgrade that renames one of GRPOTrainer's private methods fails here, naming it, not inside every worker."""
+    from trl import GRPOTrainer
+
+    assert measured_trainer.missing_hooks(GRPOTrainer) == []
+
+    class Renamed:  # what a renamed method looks like to the check
+        training_step = _prepare_inputs = _calculate_rewards = _get_per_token_logps_and_entropies = staticmethod(
+            lambda: None
+        )
+
+    assert measured_trainer.missing_hooks(Renamed) == ["_generate"]
+
+
+def test_the_measured_trainer_overrides_every_hooked_method_and_patches_nothing():
+    """Each PHASE_HOOKS method is overridden in the subclass (and calls TRL's own through super()); nothing
+    is set on a trainer instance."""
+    import inspect
+
+    from trl import GRPOTrainer
+
+    cls = measured_trainer.MeasuredGRPOTrainer
+    assert issubclass(cls, GRPOTrainer)
+    for name in measured_trainer.PHASE_HOOKS:
+        assert name in cls.__dict__, f"{name} is not overridden"
+        assert f"super().{name}(" in inspect.getsource(cls.__dict__[name])
+    assert "setattr" not in inspect.getsource(measured_trainer)
