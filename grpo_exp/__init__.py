@@ -30,8 +30,9 @@ DECODER_LINEAR_LAYERS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "u
 GIB = 2**30  # every memory figure grpo_exp reports is in GiB (2^30 bytes), named *_gib
 
 # The phases of a GRPO step, in order. Telemetry measures each; the planner models generate,
-# score, train and optimizer (reward functions and the vLLM weight sync add no model memory).
-PHASES = ("generate", "reward", "score", "train", "optimizer", "weight_sync")
+# score, train and optimizer (reward functions, tool calls and environment resets of an agentic run, and
+# the vLLM weight sync add no model memory). An episode's generation rounds count as generate.
+PHASES = ("generate", "tools", "reward", "score", "train", "optimizer", "weight_sync")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,19 @@ def is_local_path(name_or_path: str) -> bool:
     """A model or dataset named by a path (one that exists, or one written as a path) rather than a
     hub id. A path that does not exist is then an error to report, not a hub lookup."""
     return Path(name_or_path).expanduser().exists() or name_or_path.startswith(("/", "./", "../", "~"))
+
+
+def locate(dotted_path) -> object | None:
+    """What a `_target_`-style dotted path (pkg.module.name) names, or None when it does not import: checks
+    report that as a Problem (Hydra's get_method would also log an error line for it)."""
+    import pydoc
+
+    if not isinstance(dotted_path, str) or not dotted_path:
+        return None
+    try:
+        return pydoc.locate(dotted_path)
+    except pydoc.ErrorDuringImport:  # the module exists but raised while importing
+        return None
 
 
 def visible_devices() -> list[str] | None:

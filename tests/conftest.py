@@ -44,8 +44,15 @@ def _mark_groups_in_test_ids(items) -> None:
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
-    """One tiny-model cache for the session (GRPO_EXP_CACHE), unless the caller set one."""
-    return Path(os.environ.get("GRPO_EXP_CACHE") or tmp_path_factory.mktemp("grpo_exp_cache"))
+    """One tiny-model cache for the session (GRPO_EXP_CACHE), unless the caller set one. Shared by the
+    xdist workers (beside their own temp dirs): each model is built once, the tool-calling one (~10 s of
+    warm start) included; tiny.py's file lock makes a second worker wait for the first's build."""
+    if os.environ.get("GRPO_EXP_CACHE"):
+        return Path(os.environ["GRPO_EXP_CACHE"])
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "grpo_exp_cache"
+    shared.mkdir(exist_ok=True)
+    return shared
 
 
 # --- runs many tests read ------------------------------------------------------------------------
@@ -63,11 +70,18 @@ def _shared_run(tmp_path_factory, model_cache, name: str, *args: str, env: dict 
 
 @pytest.fixture(scope="session")
 def two_rank_run(tmp_path_factory, model_cache):
-    """A real 2-rank DDP run with W&B offline and a reference model (beta > 0: the score phase runs),
-    2 steps: (CompletedProcess, run dir). test_e2e (DDP over gloo), test_e2e_memory (per-phase peaks
-    in every record) and test_dashboard (panels, quiet console, run report) read it."""
+    """A real 2-rank DDP run with W&B offline, a reference model (beta > 0: the score phase runs) and the
+    calculator tool (env=calculator: the tools phase, TRL's tools/* metrics), 2 steps: (CompletedProcess,
+    run dir). test_runs (DDP over gloo), test_memory (per-phase peaks in every record), test_agentic (tool
+    calls everywhere) and test_dashboard (panels, quiet console, run report) read it."""
     return _shared_run(
-        tmp_path_factory, model_cache, "two_rank", "logger.mode=offline", "trainer.max_steps=2", "trainer.beta=0.04"
+        tmp_path_factory,
+        model_cache,
+        "two_rank",
+        "logger.mode=offline",
+        "trainer.max_steps=2",
+        "trainer.beta=0.04",
+        "env=calculator",
     )
 
 
@@ -90,15 +104,16 @@ def one_rank_run(tmp_path_factory, model_cache):
 
 @pytest.fixture(scope="session")
 def two_job_sweep(tmp_path_factory, model_cache):
-    """`-m trainer.num_generations=2,4`: two 1-step, 1-process jobs with W&B offline (sweep dir).
-    test_e2e (a multirun runs every job) and test_sweeps (one W&B group, swept values as keys) read it."""
+    """`-m env=none,number_game`: two 2-step jobs on the 2 CPU processes of make demo, with W&B offline
+    (sweep dir): a plain run and an agentic one (the number game's environments, resets and get_reward).
+    test_runs (a multirun runs every job), test_sweeps (one W&B group, swept values as keys) and
+    test_agentic (the environment's episodes everywhere; compare's tool calls beside memory) read it."""
     return _shared_run(
         tmp_path_factory,
         model_cache,
         "sweep",
-        "topology.cpu_procs=1",
-        "trainer.max_steps=1",
-        "trainer.num_generations=2,4",
+        "trainer.max_steps=2",
+        "env=none,number_game",
         multirun=True,
     )
 

@@ -15,8 +15,8 @@ import math
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem
-from grpo_exp.config import model_info, rules
+from grpo_exp import Problem, locate
+from grpo_exp.config import env, model_info, rules
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import DTYPES
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
@@ -260,23 +260,20 @@ def active_rewards(data: DictConfig) -> dict:
 
 
 def check_rewards(cfg: DictConfig) -> list[Problem]:
-    from hydra.utils import get_method
-
     problems = []
     rewards = active_rewards(cfg.data)
-    if not rewards:
+    if not rewards and not env.owns_reward(cfg):  # an environment with get_reward is TRL's other reward source
         problems.append(
             Problem(
                 "data.rewards",
                 "no reward function is configured",
-                "add one, e.g. +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness",
+                "add one, e.g. +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness (or an "
+                "env.factory whose environment has get_reward())",
             )
         )
     for name, node in rewards.items():
         target = node.get("_target_") if isinstance(node, DictConfig) else None
-        try:
-            get_method(target)
-        except Exception:
+        if not callable(locate(target)):
             problems.append(
                 Problem(
                     f"data.rewards.{name}._target_",
@@ -311,13 +308,10 @@ TRL_REWARD_ARGUMENTS = {
 def reward_columns(cfg: DictConfig) -> dict[str, list[str]]:
     """Per reward name, the dataset columns it needs: its required parameters that TRL does not
     supply and the config does not bind (TRL passes every column as a keyword argument)."""
-    from hydra.utils import get_method
-
     needed = {}
     for name, node in active_rewards(cfg.data).items():
-        try:
-            func = get_method(node._target_)
-        except Exception:
+        func = locate(node._target_)
+        if not callable(func):
             continue  # check_rewards reports it
         bound = set(node) - {"_target_"}
         params = inspect.signature(func).parameters.values()
@@ -373,7 +367,7 @@ def check(cfg: DictConfig) -> list[Problem]:
         return problems
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg) + check_names(cfg)
     bad = {p.key for p in values}
-    problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + check_deepspeed(cfg)
+    problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + check_deepspeed(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):
         problems += check_lora(cfg)
     return problems

@@ -153,6 +153,23 @@ class VllmConfig(VllmFields):
 
 
 @dataclass
+class EnvConfig:
+    """What the policy can call during an episode: TRL's `tools` and `environment_factory`. Everything named
+    here is imported and run inside the training processes with the user's rights: name only code you trust."""
+
+    name: str = "none"  # the option (conf/env/<name>.yaml), or your own label
+    # Functions the model may call, by dotted path; each needs type hints and a Google-style docstring (TRL
+    # describes them to the model from those).
+    tools: List[str] = field(default_factory=list)
+    # One environment per episode: {_target_: pkg.MyEnv, <its keyword arguments>}. Its reset(**row) starts the
+    # episode (a returned string is appended to the prompt), its public methods are tools, and an optional
+    # get_reward() makes it a reward source.
+    factory: Any = None
+    # Several: name -> {_target_: ...}; each row's `environment` column picks one.
+    factories: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class PeftConfig:
     enabled: bool = False
     # peft.LoraConfig fields, verbatim. Trainable parameters (and their Adam states) grow with r.
@@ -265,6 +282,7 @@ class Config:
     vllm: VllmConfig = field(default_factory=VllmConfig)
     deepspeed: Dict[str, Any] = field(default_factory=dict)  # DeepSpeed JSON; {} = DeepSpeed off
     peft: PeftConfig = field(default_factory=PeftConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)

@@ -9,6 +9,8 @@ Whole run (summary.json):
     plan/<role>/peak_gib, plan/<role>/<component>_gib, plan/<role>/phases/<phase>_gib
     measured/train/<part>_gib, plan_error/train/model_states_pct
     time/<phase>_s, time/<phase>_share, throughput/tokens_per_s, telemetry/overhead_s, telemetry/overhead_share
+Agentic runs, per logging step: TRL's tools/call_frequency and tools/failure_frequency, and
+tools/dropped_result_frequency (measured_trainer.py).
 
 Pure Python: every stage reads and writes these names.
 """
@@ -25,6 +27,11 @@ TOKENS_PER_S = "throughput/tokens_per_s"
 MODEL_STATES_ERROR = "plan_error/train/model_states_pct"
 OVERHEAD_S = "telemetry/overhead_s"
 OVERHEAD_SHARE = "telemetry/overhead_share"
+# TRL's own, logged when the run has tools (env.*): tool calls per episode, and the share of calls that failed.
+TOOL_CALLS = "tools/call_frequency"
+TOOL_FAILURES = "tools/failure_frequency"
+# grpo_exp's, beside them: the share of episodes TRL ended at a tool call whose result did not fit the episode.
+TOOL_DROPPED = "tools/dropped_result_frequency"
 MEMORY = re.compile(r"memory/([a-z_]+)/(\w+)_gib")  # a per-step memory metric: (phase, stat)
 
 

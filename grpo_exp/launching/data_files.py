@@ -321,3 +321,47 @@ def _saved_rows(path: Path) -> int:
         with pa.memory_map(str(arrow)) as source:
             rows += sum(batch.num_rows for batch in pa.ipc.open_stream(source))
     return rows
+
+
+def column_values(cfg: DictConfig, column: str) -> set | None:
+    """The distinct values of one column of a local data source (env.factories' `environment`); None where
+    the data is not read here (toy_math, hub ids, folders of files) or lacks the column. Read after preflight
+    found the source readable."""
+    path = Path(cfg.path).expanduser() if cfg.loader != "toy_math" and cfg.path else None
+    if path is None or not path.exists():
+        return None
+    if path.suffix in (".json", ".jsonl"):
+        text = path.read_text(errors="replace")
+        rows = (
+            json.loads(text)
+            if text.lstrip().startswith("[")
+            else [json.loads(ln) for ln in text.splitlines() if ln.strip()]
+        )
+        values = [row[column] for row in rows if column in row]
+        return set(map(str, values)) if values else None
+    if path.suffix == ".csv":
+        with open(path, newline="", errors="replace") as f:
+            reader = csv.DictReader(f)
+            return {row[column] for row in reader} if column in (reader.fieldnames or []) else None
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        schema = pq.ParquetFile(path).schema_arrow
+        return (
+            set(map(str, pq.read_table(path, columns=[column]).column(0).to_pylist()))
+            if column in schema.names
+            else None
+        )
+    if path.is_dir() and is_saved_dataset(path):
+        import pyarrow as pa
+
+        split = path / cfg.split if (path / "dataset_dict.json").is_file() else path
+        values: set = set()
+        for arrow in sorted(split.glob("*.arrow")):
+            with pa.memory_map(str(arrow)) as source:
+                for batch in pa.ipc.open_stream(source):
+                    if column not in batch.schema.names:
+                        return None
+                    values |= set(map(str, batch.column(column).to_pylist()))
+        return values or None
+    return None

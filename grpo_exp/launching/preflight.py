@@ -1,7 +1,8 @@
 """Stage 3 of the checks, the launch preflight: what this machine can run. `action=run` starts this
-node's share here, so its GPUs, the ports it will open, the launcher, the model directory and the data
-files it will read are checked before anything starts. `action=plan` checks only the data files that are
-on this machine (a plan can be made anywhere, away from the data): what it could not reach is a note.
+node's share here, so its GPUs, the ports it will open, the launcher, the model directory (with tools: its
+chat template) and the data files it will read are checked before anything starts. `action=plan` checks
+only the data files that are on this machine (a plan can be made anywhere, away from the data): what it
+could not reach is a note.
 """
 
 from pathlib import Path
@@ -85,6 +86,77 @@ def check_model_path(cfg: DictConfig) -> list[Problem]:
     return []
 
 
+def check_chat_template(cfg: DictConfig) -> list[Problem]:
+    """A run with tools needs a chat template that renders a tool conversation and a way to parse tool calls
+    back out of responses (a response template, or one TRL knows for the template): TRL's own checks
+    (supports_tool_calling, add_response_schema) on the tokenizer files of a local model, before any process
+    starts. The tiny model's template is grpo_exp's (tested); a hub model is checked by TRL in the worker."""
+    from grpo_exp.config import env
+
+    path = cfg.model.name_or_path
+    if not env.active(cfg) or path is None or not is_local_path(path) or check_model_path(cfg):
+        return []
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
+
+    tokenizer = AutoTokenizer.from_pretrained(str(Path(path).expanduser()))
+    fix = (
+        "use a model whose chat template renders tool calls and tool messages (Qwen2.5/Qwen3, Llama 3.1, "
+        "GLM-4.5, ...), or save the tokenizer with one: tokenizer.chat_template = ...; save_pretrained"
+    )
+    if not supports_tool_calling(tokenizer):
+        return [
+            Problem(
+                "model.name_or_path",
+                f"{path}: its chat template cannot render a tool conversation (user -> assistant with tool_calls -> "
+                f"tool), and env={env.label(cfg)} gives the policy tools",
+                fix,
+            )
+        ]
+    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
+        try:
+            add_response_schema(tokenizer)
+        except ValueError:
+            return [
+                Problem(
+                    "model.name_or_path",
+                    f"{path}: TRL cannot parse tool calls out of its responses: the tokenizer has no response "
+                    "template and its chat template is not one TRL knows",
+                    "set tokenizer.response_template (transformers' response parsing docs) and save_pretrained, "
+                    "or " + fix.split(", or ")[0],
+                )
+            ]
+    return []
+
+
+def check_environment_column(cfg: DictConfig) -> list[Problem]:
+    """env.factories picks each row's environment by its `environment` column: every value must be listed."""
+    if not cfg.env.factories:
+        return []
+    listed = sorted(cfg.env.factories)
+    if cfg.data.loader == "toy_math":
+        return [
+            Problem(
+                "env.factories",
+                "picks each row's environment by its `environment` column, and data.loader=toy_math has none",
+                "use data with an environment column (data=hf data.path=...), or one environment: env.factory",
+            )
+        ]
+    values = data_files.column_values(cfg.data, "environment")
+    if values is None:
+        return []  # not readable here, or no such column: TRL refuses such a row in the worker
+    unknown = sorted(values - set(listed))
+    if not unknown:
+        return []
+    return [
+        Problem(
+            "env.factories",
+            f"lists {listed}; the data's environment column also names {unknown}",
+            f"add {unknown[0]} to env.factories (env.factories.{unknown[0]}={{_target_: ...}}), or fix those rows",
+        )
+    ]
+
+
 def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Problem]:
     """Every stage-3 problem of running `plan` on this machine (`gpus` GPUs). `batch_known`: the batch
     keys passed their checks, so the prompts one generation batch takes can be counted."""
@@ -95,7 +167,9 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
         + check_model_path(cfg)
         + check_libraries(cfg)
         + data_files.preflight(cfg.data, reward_columns(cfg), per_batch)
+        + check_environment_column(cfg)
         + _eval_data(cfg)
+        + check_chat_template(cfg)
     )
 
 
@@ -105,7 +179,7 @@ def check_data(cfg: DictConfig, plan, batch_known: bool = True) -> list[Problem]
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
     problems = []
     if cfg.data.loader == "toy_math" or _here(cfg.data.path):
-        problems += data_files.preflight(cfg.data, reward_columns(cfg), per_batch)
+        problems += data_files.preflight(cfg.data, reward_columns(cfg), per_batch) + check_environment_column(cfg)
     if _here(cfg.data.eval_path):
         problems += _eval_data(cfg)
     return problems

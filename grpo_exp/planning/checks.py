@@ -254,10 +254,33 @@ def check_eval_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
     return []
 
 
+def check_episode_length(cfg: DictConfig) -> list[Problem]:
+    """An agentic run's vLLM context must hold prompt + episode: TRL ends an episode whose next tool result would
+    pass the engine's max_model_len, so a shorter context silently cuts every long episode."""
+    from grpo_exp.config import env
+
+    limit, prompt = cfg.vllm.max_model_length, cfg.data.max_prompt_length
+    if cfg.vllm.mode == "off" or limit is None or prompt is None or not env.active(cfg):
+        return []
+    needed = prompt + cfg.trainer.max_completion_length
+    if limit >= needed:
+        return []
+    return [
+        Problem(
+            "vllm.max_model_length",
+            f"is {limit}; an episode needs prompt + every turn and tool result: data.max_prompt_length {prompt} + "
+            f"trainer.max_completion_length {cfg.trainer.max_completion_length} = {needed} tokens, and TRL ends an "
+            "episode whose tool result would pass vLLM's limit",
+            f"vllm.max_model_length={needed} (or null: the model's own), or shorter prompts or episodes",
+        )
+    ]
+
+
 def check(cfg: DictConfig, plan) -> list[Problem]:
     """Every stage-2 problem of `cfg` for `plan`."""
     return (
         check_topology(cfg, plan)
+        + check_episode_length(cfg)
         + check_memory_limit(cfg, plan)
         + check_batch(cfg, plan.world_size)
         + check_eval_batch(cfg, plan.world_size)

@@ -9,6 +9,8 @@ no torch import.
 
 from omegaconf import DictConfig
 
+from grpo_exp.config import env
+from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
 from grpo_exp.planning.inputs import Inputs, inputs
 from grpo_exp.planning.memory import estimate
@@ -32,7 +34,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
     notes += list(cfg.model.get("planner_notes") or [])  # what this architecture has that the formulas do not model
-    notes += _setting_notes(cfg, x)
+    notes += _setting_notes(cfg, x) + _episode_notes(cfg, x)
     return {
         "fits": e.fits,
         "device": plan.device,
@@ -41,14 +43,56 @@ def preflight(cfg: DictConfig, plan) -> dict:
         "errors": errors + [n for n in e.train.notes],
         "suggestions": suggest(x),
         "notes": notes,
+        "env": episode(cfg, plan.world_size),
     }
+
+
+def episode(cfg: DictConfig, world_size: int) -> dict | None:
+    """plan.json's `env`: what an agentic run's episodes are; None without tools or environments.
+    `instances_per_rank`: the episodes alive at once on each rank, its share of a generation batch; with
+    environments, as many instances (TRL pools them and resets one per episode)."""
+    if not env.active(cfg):
+        return None
+    per_rank = generation_batch_size(cfg, world_size) // world_size
+    if cfg.trainer.eval_strategy != "no":  # evaluation draws its own rollouts from the same pool
+        per_rank = max(per_rank, cfg.trainer.per_device_eval_batch_size)
+    return {
+        "name": env.label(cfg),
+        "tools": env.tool_names(cfg),
+        "environments": sorted(n.split(".")[-1] for n in env.factories(cfg)) if cfg.env.factories else None,
+        "max_tool_calling_iterations": cfg.trainer.max_tool_calling_iterations,
+        "max_completion_length": cfg.trainer.max_completion_length,
+        "instances_per_rank": per_rank,
+    }
+
+
+def _episode_notes(cfg: DictConfig, x: Inputs) -> list[str]:
+    """What an agentic run's budget means, said in the plan (the memory arithmetic already sizes the episode:
+    the completion it plans is max_completion_length, tool results included)."""
+    if not env.active(cfg):
+        return []
+    rounds = cfg.trainer.max_tool_calling_iterations
+    notes = [
+        f"env={env.label(cfg)}: trainer.max_completion_length={x.completion} bounds the whole episode after the "
+        "prompt: every turn and every tool result (masked from the loss, yet in context, activations and KV cache); "
+        "a result that does not fit is dropped and the episode ends",
+        f"each tool round is another generation round over the episodes that called a tool: up to "
+        f"{rounds if rounds is not None else 'unlimited (trainer.max_tool_calling_iterations=null)'} per episode",
+    ]
+    if x.vllm_mode != "off":
+        notes.append(
+            f"vLLM's context must hold prompt + episode ({x.prompt + x.completion} tokens): vllm.max_model_length "
+            f"{cfg.vllm.max_model_length or 'null (the model maximum)'}"
+        )
+    return notes
 
 
 def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
     """Settings that change what runs in a way the plan reads differently from the user's intent."""
     notes = []
     needed = x.prompt + x.completion
-    if x.vllm_mode != "off" and cfg.vllm.max_model_length is not None and cfg.vllm.max_model_length < needed:
+    short = cfg.vllm.max_model_length is not None and cfg.vllm.max_model_length < needed
+    if x.vllm_mode != "off" and short and not env.active(cfg):  # with tools it is refused (planning/checks.py)
         notes.append(
             f"vllm.max_model_length {cfg.vllm.max_model_length} < prompt + completion ({needed} tokens): vLLM ends "
             "such generations at its limit, so long prompts get shorter completions (the plan sizes the KV cache by "

@@ -114,6 +114,7 @@ def rows(runs: list[Run]) -> list[dict]:
             }
             for run in runs
         ]
+    agentic = any(final(run, metrics.TOOL_CALLS) is not None for run in runs)  # tool calls beside memory
     out = []
     for run in runs:
         s = run.summary
@@ -126,6 +127,11 @@ def rows(runs: list[Run]) -> list[dict]:
                 "vLLM GiB": s.get(metrics.peak(metrics.VLLM, "device_used_max")),
                 "tokens/s": s.get(metrics.TOKENS_PER_S),
                 "gen share": s.get(metrics.time_share("generate")),
+                **(
+                    {"tool calls": final(run, metrics.TOOL_CALLS), "tools share": s.get(metrics.time_share("tools"))}
+                    if agentic
+                    else {}
+                ),
                 "plan GiB": s.get(metrics.plan_peak("train")),
                 "plan err %": run.planner_error_pct,
                 **(
@@ -137,6 +143,11 @@ def rows(runs: list[Run]) -> list[dict]:
             }
         )
     return out
+
+
+def final(run: Run, key: str):
+    """A metric of the run's last logging step (summary.json's final_metrics; a W&B run's summary)."""
+    return (run.summary.get("final_metrics") or {}).get(key, run.summary.get(key))
 
 
 def apply_calibration(runs: list[Run], path: Path) -> None:

@@ -70,6 +70,10 @@ def panels_and_metrics():
     throughput = [
         wr.BarPlot(title="tokens/s (prompt + completion)", metrics=[wr.SummaryMetric(metrics.TOKENS_PER_S)]),
         wr.BarPlot(title="time share per phase", metrics=[wr.SummaryMetric(metrics.time_share(p)) for p in PHASES]),
+        wr.LinePlot(
+            title="agentic runs: tool calls per episode, share of calls failed, share of episodes cut at a tool result",
+            y=[f"train/{k}" for k in (metrics.TOOL_CALLS, metrics.TOOL_FAILURES, metrics.TOOL_DROPPED)],
+        ),
     ]
     sections = [
         ws.Section(name="Memory per phase", panels=memory, is_open=True),

@@ -75,6 +75,9 @@ def headline(summary: dict) -> list[str]:
     shares = [f"{p} {100 * summary[metrics.time_share(p)]:.0f}%" for p in PHASES if summary.get(metrics.time_share(p))]
     if shares:
         lines.append("time: " + " | ".join(shares))
+    tools = _tool_line(summary)
+    if tools:
+        lines.append(tools)
     oom = summary.get("oom")
     if oom:
         requested = oom.get("requested_bytes")
@@ -85,6 +88,20 @@ def headline(summary: dict) -> list[str]:
     elif summary.get("error") and summary.get("status") != "completed":
         lines.append(str(summary["error"]).splitlines()[0][:180])
     return lines
+
+
+def _tool_line(summary: dict) -> str | None:
+    """An agentic run's tool use, first and last logging step (TRL's tools/* metrics)."""
+    first, last = (summary.get(k) or {} for k in ("first_metrics", "final_metrics"))
+    if last.get(metrics.TOOL_CALLS) is None:
+        return None
+    calls = f"{last[metrics.TOOL_CALLS]:.2f}"
+    if first.get(metrics.TOOL_CALLS) is not None:
+        calls = f"{first[metrics.TOOL_CALLS]:.2f} -> {calls}"
+    failed = last.get(metrics.TOOL_FAILURES)
+    return f"tools: {calls} calls per episode" + (
+        f" | {100 * failed:.0f}% of calls failed" if failed is not None else ""
+    )
 
 
 def print_report(run_dir: Path, summary: dict | None = None) -> None:

@@ -6,6 +6,7 @@ DeepSpeed's JSON. What is not a plain copy is derived here, with the reason next
 """
 
 import dataclasses
+import functools
 import logging
 import os
 import sys
@@ -24,12 +25,14 @@ VLLM_OWN_KEYS = {f.name for f in dataclasses.fields(VllmConfig)} - {f.name for f
 
 
 def model_path(cfg: DictConfig) -> str:
-    """Hub id or local directory of the model; the tiny model is built locally on first use."""
+    """Hub id or local directory of the model; the tiny model is built locally on first use (warm-started
+    on tool calls when the run has tools: tiny.py says why)."""
     if cfg.model.name_or_path is not None:
         return cfg.model.name_or_path
+    from grpo_exp.config import env
     from grpo_exp.training.tiny import tiny_model_dir
 
-    return str(tiny_model_dir(cfg.model))
+    return str(tiny_model_dir(cfg.model, tools=env.active(cfg)))
 
 
 # trainer.optim values whose transformers optimizer comes from bitsandbytes (8-bit and paged states, Lion, ...).
@@ -136,6 +139,27 @@ def reward_funcs(cfg: DictConfig) -> list:
     return funcs
 
 
+def tools(cfg: DictConfig) -> list:
+    """env.tools: the functions, by dotted path (TRL names each after its __name__)."""
+    from hydra.utils import get_method
+
+    return [get_method(path) for path in cfg.env.tools]
+
+
+def environment_factory(cfg: DictConfig):
+    """TRL's environment_factory: env.factory as one callable, env.factories as {name: callable} (each row's
+    `environment` column picks one), or None. Each call builds a fresh instance with the node's other keys as
+    keyword arguments; TRL pools the instances and resets them per episode."""
+    from hydra.utils import instantiate
+
+    def factory(node):
+        return functools.partial(instantiate, node)
+
+    if cfg.env.factory is not None:
+        return factory(cfg.env.factory)
+    return {name: factory(node) for name, node in cfg.env.factories.items()} or None
+
+
 def tokenizer(cfg: DictConfig, path: str):
     from transformers import AutoTokenizer
 
@@ -146,12 +170,11 @@ def tokenizer(cfg: DictConfig, path: str):
 
 
 def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phases=None):
-    """A ready `trl.GRPOTrainer` for the frozen config; with `phases` (memory.telemetry), the measured one
-    (measured_trainer.py), which measures every phase of a step into it."""
-    from trl import GRPOTrainer
-
+    """A ready GRPOTrainer for the frozen config: measured_trainer's, which measures every phase of a step
+    into `phases` (memory.telemetry; None: not measured) and says when TRL drops a tool's result."""
     from grpo_exp.launching.data_files import row_problems
     from grpo_exp.training.data import build_dataset, build_eval_dataset
+    from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
 
     path = model_path(cfg)
     tok = tokenizer(cfg, path)
@@ -166,13 +189,8 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phas
     if too_few:  # hub data and data.max_prompt_length are only known here, not in the driver's preflight
         raise ValueError(str(too_few[0]))
     log.info("model %s (%s) from %s", cfg.model.name, cfg.model.dtype, path)
-    trainer_class, measured = GRPOTrainer, {}
-    if phases is not None:
-        from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
-
-        trainer_class, measured = MeasuredGRPOTrainer, {"phases": phases}
-    trainer = trainer_class(
-        **measured,
+    trainer = MeasuredGRPOTrainer(
+        phases=phases,
         model=path,
         reward_funcs=reward_funcs(cfg),
         args=args,
@@ -181,6 +199,8 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phas
         processing_class=tok,
         peft_config=lora_config(cfg),
         quantization_config=quantization_config(cfg),
+        tools=tools(cfg) or None,
+        environment_factory=environment_factory(cfg),
         callbacks=callbacks,
     )
     if use_cpu and cfg.model.get("quantization") is not None:

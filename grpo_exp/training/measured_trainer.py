@@ -6,15 +6,26 @@ logging step and adds `memory/<phase>/<stat>_gib` before TRL's callbacks (metric
 logs. The optimizer step is bracketed by a callback (under DeepSpeed it runs inside backward: `train`);
 weight sync to vLLM by a thin wrapper around TRL's VLLMGeneration. A trl upgrade that renames one of
 these methods is found by missing_hooks() before any run (a test asks the installed trl).
+
+An agentic run's episode: TRL's tool loop (tool calls and the bookkeeping between rounds) is the `tools`
+phase, each generation round inside it `generate`; environment resets are `tools` too (each instance's
+reset, wrapped as the factory builds it). Without telemetry (phases=None) nothing is measured; either way
+the trainer counts the tool results TRL drops for want of room in the episode (tools/dropped_result_frequency).
 """
 
+import logging
 import time
+from contextlib import nullcontext
 
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
+from grpo_exp.core import metrics
+from grpo_exp.training.episodes import dropped_results, measured_resets
 from grpo_exp.training.phases import PhaseMemory, aggregate, gather, run_peaks
+
+log = logging.getLogger(__name__)
 
 # The GRPOTrainer methods (trl 1.16) each phase is measured around. training_step is forward + backward
 # (generation runs inside it, through _prepare_inputs); _get_per_token_logps_and_entropies is scoring
@@ -25,6 +36,8 @@ PHASE_HOOKS = {
     "_generate": "generate",
     "_calculate_rewards": "reward",
     "_get_per_token_logps_and_entropies": "score or train",
+    "_tool_call_loop": "tools",  # tool calls between an episode's generation rounds
+    "_generate_single_turn": "generate",  # a generation round, also inside the tool loop
 }
 
 
@@ -34,44 +47,81 @@ def missing_hooks(trainer_class=GRPOTrainer) -> list[str]:
 
 
 class MeasuredGRPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose steps are measured into `phases`; `run_peaks` accumulates the whole run's maxima."""
+    """GRPOTrainer whose steps are measured into `phases` (None: not measured); `run_peaks` accumulates the
+    whole run's maxima."""
 
-    def __init__(self, *args, phases: PhaseMemory, **kwargs):
+    def __init__(self, *args, phases: PhaseMemory | None, environment_factory=None, **kwargs):
         self.phases = phases
         self.run_peaks: dict[str, float] = {}
-        super().__init__(*args, **kwargs)
+        if phases is not None and environment_factory is not None:
+            environment_factory = measured_resets(environment_factory, phases)
+        super().__init__(*args, environment_factory=environment_factory, **kwargs)
+        if phases is None:
+            return
         self.add_callback(_OptimizerPhase(phases))
         if getattr(self, "vllm_generation", None) is not None:
             self.vllm_generation = _MeasuredWeightSync(self.vllm_generation, phases)
 
+    def _phase(self, name: str):
+        return self.phases.phase(name) if self.phases is not None else nullcontext()
+
     def training_step(self, *args, **kwargs):
-        with self.phases.phase("train"):
+        with self._phase("train"):
             return super().training_step(*args, **kwargs)
 
     def _prepare_inputs(self, *args, **kwargs):
-        with self.phases.phase("generate"):
+        with self._phase("generate"):
             return super()._prepare_inputs(*args, **kwargs)
 
     def _generate(self, *args, **kwargs):
-        with self.phases.phase("generate"):
+        with self._phase("generate"):
             return super()._generate(*args, **kwargs)
 
+    def _generate_single_turn(self, *args, **kwargs):
+        with self._phase("generate"):
+            return super()._generate_single_turn(*args, **kwargs)
+
+    def _tool_call_loop(self, *args, **kwargs):
+        with self._phase("tools"):
+            result = super()._tool_call_loop(*args, **kwargs)
+        self._count_dropped(result[1])  # its gather waits for the other ranks: generate's time, not tools'
+        return result
+
+    def _count_dropped(self, episodes: list[list[dict]]) -> None:
+        """tools/dropped_result_frequency beside TRL's tools/* metrics: the share of episodes TRL ended at a tool
+        call whose result did not fit the episode; each rank's drops in train.log. A collective: every rank runs
+        the tool loop when the run has tools."""
+        dropped = dropped_results(episodes, self.max_tool_calling_iterations)
+        if dropped:
+            log.info(
+                "tools: %d of %d episodes ended at a tool call whose result did not fit the episode "
+                "(trainer.max_completion_length=%d bounds every turn and tool result): TRL dropped the result",
+                dropped,
+                len(episodes),
+                self.max_completion_length,
+            )
+        counts = self.accelerator.gather(torch.tensor([dropped, len(episodes)], device=self.accelerator.device))
+        counts = counts.view(-1, 2).sum(dim=0).tolist()
+        mode = "train" if self.model.training else "eval"
+        self._metrics[mode][metrics.TOOL_DROPPED].append(counts[0] / max(counts[1], 1))
+
     def _calculate_rewards(self, *args, **kwargs):
-        with self.phases.phase("reward"):
+        with self._phase("reward"):
             return super()._calculate_rewards(*args, **kwargs)
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        with self.phases.phase("train" if torch.is_grad_enabled() else "score"):
+        with self._phase("train" if torch.is_grad_enabled() else "score"):
             return super()._get_per_token_logps_and_entropies(*args, **kwargs)
 
     def log(self, logs: dict, *args, **kwargs):
         # Called on every rank at each logging step (Trainer gathers the loss just before), so the gather
         # is safe; callbacks (metrics.jsonl, W&B) then see memory/* with the rest.
-        started = time.perf_counter()
-        memory = aggregate(gather(self.phases.take_window()))
-        logs.update(memory)
-        run_peaks(memory, self.run_peaks)
-        self.phases.overhead_s += time.perf_counter() - started
+        if self.phases is not None:
+            started = time.perf_counter()
+            memory = aggregate(gather(self.phases.take_window()))
+            logs.update(memory)
+            run_peaks(memory, self.run_peaks)
+            self.phases.overhead_s += time.perf_counter() - started
         return super().log(logs, *args, **kwargs)
 
 

@@ -2,7 +2,6 @@
 torch would refuse in every worker, refused by the driver first."""
 
 import pytest
-import torch
 
 from grpo_exp.config import errors
 from tests.helpers import compose_cfg, problem_keys, problems
@@ -18,7 +17,15 @@ def _grpo_config(field, value):
 
 
 def _adamw(**kwargs):
+    import torch
+
     torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], **kwargs)
+
+
+def _dataloader(**kwargs):
+    import torch
+
+    torch.utils.data.DataLoader([1], **kwargs)
 
 
 def _warper(name, value):
@@ -44,7 +51,7 @@ INVALID_TRAINER = {
     "auto_find_batch_size": (True, lambda v: _grpo_config("auto_find_batch_size", v)),
     "per_device_train_batch_size": (
         0,
-        lambda v: torch.utils.data.DataLoader([1], batch_size=v),
+        lambda v: _dataloader(batch_size=v),
     ),  # Trainer's dataloader
     "learning_rate": (-1.0, lambda v: _adamw(lr=v)),  # Trainer's AdamW
     "adam_beta1": (1.5, lambda v: _adamw(betas=(v, 0.999))),

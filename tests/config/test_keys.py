@@ -190,9 +190,9 @@ FUZZ_VALUES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1, 2])  # 3 x 100: make test's workers share them
+@pytest.mark.parametrize("seed", [0, 1])  # 2 x 80: make test's workers share them
 def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(seed, tmp_path):
-    """300 seeded random configs over every settable trainer and vllm key: the driver either reports
+    """160 seeded random configs over every settable trainer and vllm key: the driver either reports
     problems (naming keys) or accepts, and whatever it accepts GRPOConfig builds."""
     rng = random.Random(seed)
     schema = OmegaConf.to_container(compose_cfg(), resolve=True)
@@ -201,7 +201,7 @@ def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(seed,
         f"vllm.{k}" for k in schema["vllm"]
     ]
     accepted = 0
-    for _ in range(100):
+    for _ in range(80):
         items = [f"{key}={rng.choice(FUZZ_VALUES)}" for key in rng.sample(settable, rng.randint(1, 3))]
         text, cfg = report(*items)
         if not text and cfg is not None:
@@ -210,7 +210,7 @@ def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(seed,
                 _grpo_config_accepts(cfg, tmp_path)
             except Exception as exc:  # the driver accepted what TRL refuses: a gap in the checks
                 pytest.fail(f"{items}: accepted by the driver, refused by GRPOConfig: {exc}")
-    assert accepted > 5  # the draw also exercises valid configs
+    assert accepted >= 3  # the draw also exercises valid configs
 
 
 # DeepSpeed keys a user sets, and what DeepSpeed reads them as: its own models' sections and the ones it reads
@@ -238,7 +238,7 @@ MODEL_KEYS = ["model_type", "hidden_size", "num_attention_heads", "vocab_size", 
 
 @pytest.mark.slow
 def test_random_deepspeed_and_model_values_never_raise_and_what_is_accepted_the_library_builds():
-    """100 seeded random values for DeepSpeed's keys and the model's (where the last findings were): the
+    """70 seeded random values for DeepSpeed's keys and the model's (where the last findings were): the
     driver reports them by key, or DeepSpeed builds its config from what the driver accepted (auto filled as
     transformers fills it) and transformers builds the model's config."""
     import os
@@ -250,7 +250,7 @@ def test_random_deepspeed_and_model_values_never_raise_and_what_is_accepted_the_
 
     rng = random.Random(7)
     accepted = {"deepspeed": 0, "model": 0}
-    for _ in range(100):
+    for _ in range(70):
         group = rng.choice(["deepspeed", "model"])
         keys_ = DEEPSPEED_KEYS if group == "deepspeed" else MODEL_KEYS
         values = FUZZ_VALUES + (
@@ -278,7 +278,7 @@ def test_random_deepspeed_and_model_values_never_raise_and_what_is_accepted_the_
                 )
         except Exception as exc:  # the driver accepted what the library refuses: a gap in the checks
             pytest.fail(f"{items}: accepted by the driver, refused by the library: {type(exc).__name__}: {exc}")
-    assert min(accepted.values()) > 5, accepted  # the draw also exercises values the libraries take
+    assert min(accepted.values()) >= 3, accepted  # the draw also exercises values the libraries take
 
 
 # --- every trainer field set on the command line is what GRPOConfig holds ----------------------------

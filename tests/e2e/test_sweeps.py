@@ -107,4 +107,4 @@ def test_sweep_runs_share_a_wandb_group_with_swept_values_as_keys(two_job_sweep)
     assert result.returncode == 0
     runs = [wandb_file.read_run(wandb_file.find_run_file(sweep_dir / j)) for j in "01"]
     assert runs[0].group == runs[1].group == f"default/{sweep_dir.name}"
-    assert [r.config["trainer.num_generations"] for r in runs] == [2, 4]
+    assert [r.config["env"] for r in runs] == ["none", "number_game"]  # a group choice, as W&B shows it

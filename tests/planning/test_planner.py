@@ -311,3 +311,23 @@ def test_calibration_fit_recovers_factors_and_holds_a_floor():
     fitted = calibration.fit(samples)
     assert fitted["logits"] == calibration.FLOOR
     assert [calibration.predict(s, fitted) for s in samples] == pytest.approx([s["measured"] for s in samples], rel=0.1)
+
+
+def test_the_plan_knows_an_agentic_runs_episodes():
+    """plan.json's env: the tools the model sees, its rounds, and the episodes alive on each rank (its share of
+    a generation batch: per_device_train_batch_size x steps_per_generation); the notes say what bounds them."""
+    p = planned("env=number_game", "model=qwen7b", "topology=1x8", "vllm=colocate", "data.max_prompt_length=256")
+    t = p.cfg.trainer
+    assert t.steps_per_generation is None  # GRPOConfig's default: gradient_accumulation_steps
+    assert p.memory["env"] == {
+        "name": "number_game",
+        "tools": ["guess"],
+        "environments": None,
+        "max_tool_calling_iterations": 3,
+        "max_completion_length": 96,
+        "instances_per_rank": t.per_device_train_batch_size * t.gradient_accumulation_steps,
+    }
+    notes = " ".join(p.memory["notes"])
+    assert "bounds the whole episode" in notes and "up to 3 per episode" in notes
+    assert "prompt + episode (352 tokens)" in notes
+    assert planned("model=qwen7b", "topology=1x8").memory["env"] is None

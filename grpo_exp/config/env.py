@@ -1,0 +1,149 @@
+"""The env group (agentic runs): what it names, and every problem with it found before launch.
+
+`env.tools` are functions, `env.factory` one environment per episode, `env.factories` one per row's
+`environment` column: TRL's `tools` and `environment_factory`. Checked here, in the driver: each `_target_`
+imports, an environment class has `reset` and takes the keyword arguments given, and every tool (a function,
+or an environment's public method) has the type hints and Google-style docstring TRL describes it to the
+model from (transformers' get_json_schema, which the chat template rendering calls). Importing them runs the
+user's code: env names only code the user trusts (README, Agentic runs).
+"""
+
+import inspect
+
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_exp import Problem, locate
+
+NOT_TOOLS = ("reset", "get_reward")  # an environment's public methods TRL does not offer the model
+_TOOL_FIX = (
+    "name a function by its dotted path (pkg.module.fn) with type hints and a docstring, "
+    "e.g. grpo_exp.training.environments.calculator"
+)
+
+
+def active(cfg: DictConfig) -> bool:
+    """Whether the run gives the policy tools or environments."""
+    return bool(cfg.env.tools or cfg.env.factory or cfg.env.factories)
+
+
+def label(cfg: DictConfig) -> str:
+    """The env's name in plans and reports: the option's, or `custom` for tools set on env=none."""
+    return "custom" if cfg.env.name == "none" and active(cfg) else cfg.env.name
+
+
+def factories(cfg: DictConfig) -> dict[str, DictConfig]:
+    """{config key: factory node} of env.factory and each env.factories entry."""
+    found = {"env.factory": cfg.env.factory} if cfg.env.factory is not None else {}
+    return {**found, **{f"env.factories.{name}": node for name, node in cfg.env.factories.items()}}
+
+
+def environment_class(node) -> type | None:
+    """The class a factory node names; None when its `_target_` is a function or does not import."""
+    found = locate(node.get("_target_")) if isinstance(node, DictConfig) else None
+    return found if isinstance(found, type) else None
+
+
+def tools_of(cls: type) -> list:
+    """The methods of an environment class TRL offers the model as tools (as TRL lists them)."""
+    return [
+        f
+        for name, f in inspect.getmembers(cls, inspect.isfunction)
+        if name not in NOT_TOOLS and not name.startswith("_")
+    ]
+
+
+def tool_names(cfg: DictConfig) -> list[str]:
+    """The names the model sees: env.tools' functions, then each environment class's tools."""
+    names = [path.rsplit(".", 1)[-1] for path in cfg.env.tools]
+    for node in factories(cfg).values():
+        cls = environment_class(node)
+        names += [f.__name__ for f in tools_of(cls)] if cls is not None else []
+    return list(dict.fromkeys(names))
+
+
+def owns_reward(cfg: DictConfig) -> bool:
+    """Whether an environment scores its episodes (get_reward): then data.rewards may be empty."""
+    return any(callable(getattr(environment_class(n), "get_reward", None)) for n in factories(cfg).values())
+
+
+def check(cfg: DictConfig) -> list[Problem]:
+    """Every problem with the env group, all at once."""
+    if not active(cfg):
+        return []
+    problems = []
+    if cfg.env.factory is not None and cfg.env.factories:
+        problems.append(
+            Problem(
+                "env.factory",
+                "and env.factories are both set: one environment for every episode, or one per row's environment",
+                "keep one of them (env.factory=null or env.factories={})",
+            )
+        )
+    if not cfg.data.conversational:
+        problems.append(
+            Problem(
+                "data.conversational",
+                "is false: TRL finds tool calls only in chat completions (it parses them with the chat template)",
+                "data.conversational=true",
+            )
+        )
+    for i, path in enumerate(cfg.env.tools):
+        tool = locate(path)
+        if tool is None:
+            problems.append(Problem(f"env.tools[{i}]", f"'{path}' is not an importable function", _TOOL_FIX))
+            continue
+        problems += _tool_problems(f"env.tools[{i}]", tool)
+    for key, node in factories(cfg).items():
+        problems += _factory_problems(key, node)
+    return problems
+
+
+def _factory_problems(key: str, node) -> list[Problem]:
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    if target is None:
+        return [Problem(key, f"is {node!r}: a factory is {{_target_: pkg.MyEnv, ...}}", f"set {key}._target_")]
+    cls = environment_class(node)
+    if cls is None:
+        if callable(locate(target)):  # a function returning an environment: what, is only known at run time
+            return []
+        return [
+            Problem(
+                f"{key}._target_",
+                f"'{target}' is not an importable environment class or function",
+                "name one by its dotted path, e.g. grpo_exp.training.environments.NumberGame",
+            )
+        ]
+    problems = []
+    if not callable(getattr(cls, "reset", None)):
+        problems.append(
+            Problem(key, f"{cls.__name__} has no reset(): TRL starts every episode with it", "add reset(self, **row)")
+        )
+    kwargs = {k: v for k, v in OmegaConf.to_container(node).items() if k != "_target_"}
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        problems.append(
+            Problem(key, f"{cls.__name__}({', '.join(kwargs)}): {exc}", f"give {key} only what {cls.__name__} takes")
+        )
+    for tool in tools_of(cls):
+        problems += _tool_problems(f"{key} ({cls.__name__}.{tool.__name__})", tool)
+    return problems
+
+
+def _tool_problems(key: str, fn) -> list[Problem]:
+    """What TRL needs to describe a tool to the model, read the way transformers reads it (get_json_schema)."""
+    if not callable(fn):
+        return [Problem(key, f"{fn!r} is not callable", _TOOL_FIX)]
+    from transformers.utils import get_json_schema
+
+    try:
+        get_json_schema(fn)
+    except Exception as exc:  # transformers' DocstringParsingException / TypeHintParsingException
+        return [
+            Problem(
+                key,
+                f"TRL cannot describe it to the model: {str(exc).splitlines()[0]}",
+                "give every parameter a type hint, and a docstring with a description and an Args: section",
+            )
+        ]
+    return []
