@@ -1,4 +1,4 @@
-"""A stand-in for `trl vllm-serve` where vLLM cannot run (no GPU): answers /health on the host and
+"""A stand-in for `vllm serve` where vLLM cannot run (no GPU): answers /health on the host and
 port the plan gives it, until stopped. Used by the CPU rehearsal of a dedicated serving node."""
 
 import argparse
@@ -16,7 +16,7 @@ class Health(BaseHTTPRequestHandler):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("command")  # vllm-serve
+    parser.add_argument("command")  # serve (the model and the rest of `vllm serve`'s options follow)
     parser.add_argument("--host")
     parser.add_argument("--port", type=int)
     args, _ = parser.parse_known_args()

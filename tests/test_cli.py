@@ -103,6 +103,7 @@ def test_a_bad_value_in_an_experiment_file_is_named_by_its_key(tmp_path):
     assert report.startswith("trainer.num_generations: Value 'eight'") and "takes a Integer" in report, report
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 @pytest.mark.parametrize("case", CONTRACT)
 def test_bad_input_exits_2_without_traceback_or_files(cli, case):
     overrides, message, fix = BAD_INPUTS[case]
@@ -120,6 +121,7 @@ def test_all_problems_reported_at_once():
     assert reported >= {"trainer.reward_weights", "peft.target_modules", "vllm.mode"}, report
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 def test_help_lists_groups(cli):
     result, run_dir = cli("--help")
     assert result.returncode == 0
@@ -128,6 +130,7 @@ def test_help_lists_groups(cli):
     assert not run_dir.exists()
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 def test_cfg_job_prints_composed_config(cli):
     result, _ = cli("--cfg", "job", "model=qwen7b", "deepspeed=zero3")
     assert result.returncode == 0
@@ -135,6 +138,7 @@ def test_cfg_job_prints_composed_config(cli):
     assert "stage: 3" in result.stdout
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 def test_console_script_is_the_same_cli():
     import shutil
     import subprocess
@@ -147,6 +151,7 @@ def test_console_script_is_the_same_cli():
     assert result.returncode == 0 and "name_or_path: Qwen/Qwen3-8B" in result.stdout
 
 
+@pytest.mark.slow  # the real CLI in a subprocess
 def test_driver_imports_no_torch():
     import subprocess
     import sys

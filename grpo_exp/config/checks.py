@@ -23,6 +23,8 @@ from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES
 
 LOADERS = ("gsm8k", "hf", "toy_math")  # the functions of training/data.py (a test keeps them equal)
+# vLLM's --kv-cache-dtype values for NVIDIA GPUs (vllm/config/cache.py CacheDType, without the vendor-specific ones)
+VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # Keys with a fixed set of values: grpo_exp's own, the str fields TRL checks only at run time (trl 1.16
 # grpo_trainer.py: "Unknown loss type", "Invalid value for scale_rewards", ...; tests/config/test_checks.py
 # keeps them equal to the options each field's help in the installed trl lists), and the enum-typed fields of
@@ -43,6 +45,8 @@ CHOICES = {
     "trainer.multi_objective_aggregation": ("sum_then_normalize", "normalize_then_sum"),
     "vllm.importance_sampling_mode": ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
     "vllm.model_impl": ("vllm", "transformers"),
+    "vllm.kv_cache_dtype": VLLM_KV_CACHE_DTYPES,
+    "preflight.versions": ("refuse", "warn"),
     **ENUM_CHOICES,
 }
 
@@ -113,6 +117,9 @@ RANGES = {
     "vllm.gpus": _at_least(0, 1024),
     "vllm.nodes": _at_least(0, 4096),
     "vllm.max_model_length": _SIZE,
+    "vllm.max_num_seqs": _SIZE,
+    "vllm.max_num_batched_tokens": _SIZE,
+    "vllm.kv_cache_memory_bytes": _at_least(1, 2**50),
     "vllm.server_timeout": _above(0),
     "vllm.importance_sampling_clip_max": _above(0),
     "vllm.importance_sampling_clip_min": _at_least(0),
@@ -348,6 +355,38 @@ def check_lora(cfg: DictConfig) -> list[Problem]:
     return []
 
 
+# vllm.* keys only `vllm serve` takes: TRL builds the colocated engine itself, with its own values for them.
+SERVER_ONLY = {
+    "enforce_eager": False,
+    "max_num_seqs": None,
+    "max_num_batched_tokens": None,
+    "kv_cache_dtype": "auto",
+    "enable_prefix_caching": None,
+    "kv_cache_memory_bytes": None,
+}
+
+
+def check_server_flags(cfg: DictConfig) -> list[Problem]:
+    """The server's engine flags set in a mode without a server would silently do nothing."""
+    if cfg.vllm.mode == "server":
+        return []
+    return [
+        Problem(
+            f"vllm.{key}",
+            f"is {cfg.vllm[key]!r}, a flag of the vLLM server; with vllm.mode={cfg.vllm.mode} "
+            + (
+                "TRL builds the colocated engine itself (max_num_seqs = per-device batch x steps per generation, "
+                "4096 batched tokens, CUDA graphs on) and takes no such setting"
+                if cfg.vllm.mode == "colocate"
+                else "there is no engine"
+            ),
+            f"use vllm=server, or leave vllm.{key} at {default!r}",
+        )
+        for key, default in SERVER_ONLY.items()
+        if cfg.vllm[key] != default
+    ]
+
+
 def check_deepspeed(cfg: DictConfig) -> list[Problem]:
     """The deepspeed group through DeepSpeed's own config models (pydantic, extra keys forbidden), and
     its top-level values against the trainer's, as transformers' integration compares them.
@@ -368,6 +407,7 @@ def check(cfg: DictConfig) -> list[Problem]:
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg) + check_names(cfg)
     bad = {p.key for p in values}
     problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + check_deepspeed(cfg)
+    problems += check_server_flags(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):
         problems += check_lora(cfg)
     return problems

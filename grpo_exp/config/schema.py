@@ -128,7 +128,7 @@ class VllmConfig(VllmFields):
     """GRPOConfig's `vllm_*` fields without the prefix (generated: trl_schema.py), plus grpo_exp's own."""
 
     mode: str = "off"  # off | colocate | server  (off -> use_vllm=False, else vllm_mode)
-    # GPUs of node 0 given to the `trl vllm-serve` process (server mode); null = 1. With
+    # GPUs of node 0 given to the vLLM server (server mode); null = 1. With
     # vllm.nodes=1 the serving node serves on all its GPUs instead.
     gpus: Optional[int] = None
     # Dedicated serving nodes: 1 = the last node only serves (all its GPUs, tensor_parallel_size per
@@ -136,7 +136,7 @@ class VllmConfig(VllmFields):
     # vllm.gpus of node 0. TRL 1.16's client talks to one server, so at most 1.
     nodes: int = 0
     server_host: Optional[str] = None  # where trainers reach the server; null = node 0 (MASTER_ADDR)
-    # The address `trl vllm-serve` listens on. TRL's server has no authentication: whoever reaches
+    # The address the vLLM server listens on. TRL's server has no authentication: whoever reaches
     # it can generate or replace the policy's weights. null = 127.0.0.1 when every trainer runs on
     # the server's node, else topology.master_addr (the cluster network), never 0.0.0.0 unasked.
     server_bind: Optional[str] = None
@@ -147,9 +147,20 @@ class VllmConfig(VllmFields):
     # Dedicated serving node (vllm.nodes=1): its driver answers the training nodes here (its config
     # fingerprint, and the stop at the end of the run). auto as the ports above (multi-node: 51217).
     agent_port: Any = "auto"
-    # A command that plays `trl vllm-serve` where vLLM cannot run: the CPU rehearsal of a serving node
+    # A command that plays `vllm serve` where vLLM cannot run: the CPU rehearsal of a serving node
     # (tests/launching/test_serving.py). Its trainers generate with transformers. null: the real server.
     standin: Optional[str] = None
+    # The server's own engine flags (`vllm serve`; TRL builds the colocated engine itself, so server mode
+    # only). Each changes the server GPU's memory, and the planner plans them (planning/vllm_engine.py):
+    enforce_eager: bool = False  # true: no CUDA graphs (their memory freed; decoding slower)
+    max_num_seqs: Optional[int] = None  # sequences per step (null: vLLM's default, 1024 on >= 70 GiB GPUs, else 256)
+    # tokens per step, the size vLLM profiles its activations at (null: vLLM's default, 8192 on >= 70 GiB, else 2048)
+    max_num_batched_tokens: Optional[int] = None
+    kv_cache_dtype: str = "auto"  # auto (the model's) | fp8 | fp8_e4m3 | fp8_e5m2: fp8 halves KV bytes per token
+    enable_prefix_caching: Optional[bool] = None  # null: vLLM's default (on)
+    # The KV cache's size in bytes (vLLM's --kv-cache-memory): set, vLLM skips sizing it from
+    # gpu_memory_utilization, which it then no longer respects
+    kv_cache_memory_bytes: Optional[int] = None
 
 
 @dataclass
@@ -272,6 +283,9 @@ class PreflightConfig:
     # A file from `grpo-exp calibrate <measured runs>`: per-component correction factors the
     # planner applies to plans on the same kind of device (null: the formulas as they are).
     calibration: Optional[str] = None
+    # trl, vLLM and transformers installed outside each other's declared ranges (package metadata, every
+    # node that trains or serves): refuse (exit 2) | warn (run anyway, the mismatch in the log)
+    versions: str = "refuse"
 
 
 @dataclass

@@ -7,6 +7,8 @@ Whole run (summary.json):
     memory/peak/<role>/<stat>_gib      role train or vllm
     memory/peak_phase/<phase>/<stat>_gib
     plan/<role>/peak_gib, plan/<role>/<component>_gib, plan/<role>/phases/<phase>_gib
+    plan/vllm_engine/<component>_gib, plan/vllm_engine/kv_tokens   the engine per GPU (server or colocated)
+    memory/vllm/startup/<figure>       what vLLM itself logged at start-up (core/vllm_log.py)
     measured/train/<part>_gib, plan_error/train/model_states_pct
     time/<phase>_s, time/<phase>_share, throughput/tokens_per_s, telemetry/overhead_s, telemetry/overhead_share
 Agentic runs, per logging step: TRL's tools/call_frequency and tools/failure_frequency, and
@@ -66,6 +68,16 @@ def plan_component(role: str, component: str) -> str:
 
 def plan_phase(role: str, phase: str) -> str:
     return f"plan/{role}/phases/{phase}_gib"
+
+
+def vllm_startup(figure: str) -> str:
+    """A figure vLLM logged at start-up (core/vllm_log.py): memory/vllm/startup/weights_gib, .../kv_tokens."""
+    return f"memory/vllm/startup/{figure}"
+
+
+def plan_engine(part: str) -> str:
+    """The planned vLLM engine per GPU (colocated or server): plan/vllm_engine/<component>_gib, .../kv_tokens."""
+    return f"plan/vllm_engine/{part}"
 
 
 def measured(part: str) -> str:

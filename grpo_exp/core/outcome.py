@@ -14,7 +14,7 @@ import re
 import time
 from pathlib import Path
 
-from grpo_exp.core import rundir
+from grpo_exp.core import rundir, vllm_log
 
 
 class Mismatch(RuntimeError):
@@ -151,6 +151,9 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
     """Write this node's final summary.json from its ranks' records, the launcher's exit code and
     train.log; the driver calls this once, after every process of the node has exited."""
     log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
+    engine = vllm_log.summary_keys(log_text)  # what vLLM logged at start-up, whatever happened next
+    if engine:
+        rundir.write_summary(run_dir, **engine)
     killed = (
         " A process was killed by SIGKILL: the kernel's OOM killer does this when host memory runs out."
         if _KILLED in log_text

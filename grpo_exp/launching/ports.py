@@ -2,7 +2,7 @@
 
 - `topology.master_port`: torchrun's rendezvous on node 0 of a multi-node run (a single-node run
   uses `--standalone`, which picks its own free port).
-- `vllm.server_port`, `vllm.group_port`: the `trl vllm-serve` HTTP API and its weight-sync group,
+- `vllm.server_port`, `vllm.group_port`: the vLLM server's HTTP API and its weight-sync group,
   on the server's node.
 
 `auto` (the default for the vLLM ports) picks free ports in the driver before config.yaml is

@@ -157,6 +157,15 @@ def check_environment_column(cfg: DictConfig) -> list[Problem]:
     ]
 
 
+def check_versions(cfg: DictConfig, plan) -> list[Problem]:
+    """trl, vLLM and transformers installed here within each other's declared ranges, for this node's share
+    (launching/versions.py; a SLURM job's nodes check their own)."""
+    from grpo_exp.launching import versions
+
+    node = plan.nodes[min(cfg.topology.node_rank, len(plan.nodes) - 1)]
+    return versions.check(cfg, serves="vllm" in node.commands, trains=node.train_procs > 0)
+
+
 def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Problem]:
     """Every stage-3 problem of running `plan` on this machine (`gpus` GPUs). `batch_known`: the batch
     keys passed their checks, so the prompts one generation batch takes can be counted."""
@@ -170,6 +179,7 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
         + check_environment_column(cfg)
         + _eval_data(cfg)
         + check_chat_template(cfg)
+        + check_versions(cfg, plan)
     )
 
 

@@ -1,4 +1,4 @@
-"""A dedicated serving node (vllm.nodes=1): its driver runs `trl vllm-serve` on all its GPUs and a
+"""A dedicated serving node (vllm.nodes=1): its driver runs the vLLM server on all its GPUs and a
 small agent beside it, and the training nodes talk to that agent.
 
 The serving node is outside the training process group, so the fingerprint check that stops

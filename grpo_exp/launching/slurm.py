@@ -373,7 +373,7 @@ class NodeTask:
     def __call__(self) -> int:
         import submitit
 
-        from grpo_exp.launching import launch
+        from grpo_exp.launching import launch, versions
         from grpo_exp.planning import placement
 
         env = submitit.JobEnvironment()
@@ -395,8 +395,16 @@ class NodeTask:
         if env.global_rank == 0:
             rundir.write_summary(run_dir, started_at=started)  # the job's start, not its submission
         plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus())
+        node = plan.nodes[env.global_rank]
         log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
-        code = launch.run_node(cfg, run_dir, plan.nodes[env.global_rank], log_path=run_dir / log_name)
+        # The driver checked its own machine; this node's packages are only known here.
+        refused = versions.check(cfg, serves=bool(node.vllm_gpus), trains=node.train_procs > 0)
+        if refused:
+            error = f"node {env.global_rank} ({env.hostnames[env.global_rank]}): " + "; ".join(p.why for p in refused)
+            rundir.write_rank_record(run_dir, env.global_rank, {"status": "invalid", "error": error})
+            code = outcome.EXIT_INVALID
+        else:
+            code = launch.run_node(cfg, run_dir, node, log_path=run_dir / log_name)
         if env.global_rank != 0:
             return code
         summary = outcome.conclude(run_dir, code, time.time() - started)

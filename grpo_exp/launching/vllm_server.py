@@ -1,4 +1,4 @@
-"""The vLLM server of `vllm=server` runs: `trl vllm-serve` argv from the same config the trainer
+"""The vLLM server of `vllm=server` runs: `vllm serve` as TRL starts it, from the same config the trainer
 reads (so model, TP size, memory fraction and context length cannot drift), a health wait with
 a deadline, and a stop. Started by the launcher in the run's process group, on the GPUs the
 plan reserved.

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from grpo_exp.core import rundir
-from grpo_exp.planning.calibration import fit, predict
+from grpo_exp.planning.calibration import ENGINE, fit, fit_engine, predict
 
 
 def measured_train_gib(summary: dict) -> tuple[str, float] | None:
@@ -38,13 +38,33 @@ def sample(run_dir: Path) -> dict | None:
     cfg = OmegaConf.load(config)
     cfg.preflight.calibration = None  # the planner's own figures: factors are fitted against them
     plan, _ = planner.plan_and_estimate(cfg, plan_file.read(run_dir).get("gpus_per_node") or 0, str(config))
-    parts = memory.train_phase_parts(inputs.inputs(cfg, plan))
+    x = inputs.inputs(cfg, plan)
+    parts = memory.train_phase_parts(x)
     return {
         "run": str(run_dir),
         "stat": measured[0],
         "measured": measured[1],
         "device": plan.device,
         **{k: v / GIB for k, v in parts.items()},
+        **({"engine": engine_sample(summary, x)} if x.vllm_mode != "off" else {}),
+    }
+
+
+def engine_sample(summary: dict, x) -> dict | None:
+    """What the engine's budget holds besides weights and KV cache: as vLLM logged it (the budget less its own
+    weights and KV cache) and as the uncalibrated planner has it; None when vLLM logged neither figure."""
+    from grpo_exp import GIB
+    from grpo_exp.core import metrics
+    from grpo_exp.planning import vllm_engine
+
+    weights, kv = (summary.get(metrics.vllm_startup(f"{p}_gib")) for p in ("weights", "kv_cache"))
+    if weights is None or kv is None:
+        return None
+    engine = vllm_engine.estimate(x, server=x.vllm_mode == "server")
+    c = engine.components
+    return {
+        "logged": engine.budget / GIB - weights - kv,
+        "planned": (engine.budget - c["weights"] - c["kv_cache"]) / GIB,
     }
 
 
@@ -65,6 +85,9 @@ def calibrate(sources: list[str], out: Path) -> dict:
             f"runs from different devices ({', '.join(sorted(devices))}): calibrate each kind of device on its own"
         )
     factors = fit(samples)
+    engine = fit_engine([s["engine"] for s in samples if s.get("engine")])
+    if engine is not None:
+        factors[ENGINE] = engine
 
     def error(s, f):
         return 100 * (predict(s, f) - s["measured"]) / s["measured"]

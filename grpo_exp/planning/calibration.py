@@ -1,7 +1,7 @@
 """The calibration file: correction factors for the planner, fitted from measured runs, and the fit.
 
 A file written by `grpo-exp calibrate` (planning/calibrate.py) holds
-`{"factors": {"states", "activations", "logits"}, "device", "stat", "runs": [...]}`; with
+`{"factors": {"states", "activations", "logits"[, "vllm_overhead"]}, "device", "stat", "runs": [...]}`; with
 `preflight.calibration=<file>` the planner multiplies each group of its components (GROUPS) by its factor
 on plans for the same kind of device (a CPU calibration says nothing about a GPU).
 
@@ -39,6 +39,10 @@ GROUPS = {
     "logits": ("logits",),
 }
 FLOOR = 0.05  # no component is fitted away entirely
+# The vLLM engine's components around its weights and KV cache (planning/vllm_engine.py), corrected by one
+# factor fitted from what vLLM logged at start-up (fit_engine): "vllm_overhead" in a calibration file.
+ENGINE = "vllm_overhead"
+ENGINE_GROUP = ("profile_activations", "non_torch", "cuda_graphs")
 
 
 def load(path: str | Path) -> dict:
@@ -71,6 +75,16 @@ def fit(samples: list[dict]) -> dict[str, float]:
             factors[g] = FLOOR
             free.remove(g)
     return factors
+
+
+def fit_engine(samples: list[dict]) -> float | None:
+    """The engine's overhead factor from runs whose vLLM logged its start-up figures: {'logged': GiB, 'planned':
+    GiB} of what the budget holds besides weights and KV cache (logged: the budget less vLLM's own weights and
+    KV cache). The ratio of the sums (runs weigh by their size); None without such runs."""
+    planned = sum(s["planned"] for s in samples)
+    if not samples or planned <= 0:
+        return None
+    return max(FLOOR, sum(s["logged"] for s in samples) / planned)
 
 
 def predict(sample: dict, factors: dict[str, float]) -> float:

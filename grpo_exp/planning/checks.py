@@ -159,7 +159,7 @@ def check_serving_nodes(cfg: DictConfig, plan) -> list[Problem]:
         return [
             Problem(
                 "vllm.nodes",
-                f"is {v.nodes}, but dedicated serving nodes run `trl vllm-serve` (vllm.mode is {v.mode})",
+                f"is {v.nodes}, but dedicated serving nodes run the vLLM server (vllm.mode is {v.mode})",
                 "set vllm=server, or vllm.nodes=0",
             )
         ]

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from grpo_exp import GIB
-from grpo_exp.planning import calibration
+from grpo_exp.core import packages
+from grpo_exp.planning import calibration, vllm_engine
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
@@ -64,6 +65,14 @@ class Inputs:
     quantized_params: int = 0
     compute_bytes: int = 2
     prequantized: bool = False
+    # The vLLM engine's shape (vllm_engine.py): TRL's for a colocated engine, the server's flags or vLLM's
+    # defaults for a server; the installed vLLM's version (None: not installed here, today's rules).
+    vllm_batched_tokens: int = 4096
+    vllm_max_seqs: int = 256
+    vllm_eager: bool = False
+    vllm_kv_dtype: str = "auto"
+    vllm_kv_memory: int | None = None
+    vllm_version: tuple | None = None
 
     @property
     def kv_dim(self) -> int:
@@ -72,6 +81,12 @@ class Inputs:
     @property
     def q_dim(self) -> int:
         return self.heads * self.head_dim
+
+    def base_weight_bytes(self, dtype_bytes: int | None = None) -> float:
+        """The base model's weights: quantized linear layers at their bytes per weight, the rest in model.dtype
+        (or `dtype_bytes`: vLLM serves the rest at 16 bits)."""
+        rest = self.dtype_bytes if dtype_bytes is None else dtype_bytes
+        return self.quantized_params * self.quant_bytes + (self.params - self.quantized_params) * rest
 
     @property
     def activation_bytes(self) -> int:
@@ -150,6 +165,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
     m, t, v, ds = cfg.model, cfg.trainer, cfg.vllm, cfg.deepspeed
     zero = ds.get("zero_optimization", {}) if ds else {}
     prompt = cfg.data.max_prompt_length or 512  # unbounded prompts: assume 512 tokens (a note says so)
+    capacity = capacity_bytes(cfg, plan)
     return Inputs(
         params=m.num_parameters,
         hidden=m.hidden_size,
@@ -161,7 +177,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         vocab=m.vocab_size,
         dtype_bytes=DTYPE_BYTES[m.dtype],
         world_size=plan.world_size,
-        capacity=capacity_bytes(cfg, plan),
+        capacity=capacity,
         device=plan.device,
         batch=t.per_device_train_batch_size,
         steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
@@ -190,7 +206,30 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         zero3_prefetch=_elements(zero.get("stage3_prefetch_bucket_size"), 0.9 * m.hidden_size**2),
         calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
         **_quantization(cfg),
+        **_vllm_engine(cfg, capacity),
     )
+
+
+def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:
+    """The Inputs fields of the vLLM engine's shape. Colocated: TRL builds it (4096 batched tokens,
+    max_num_seqs = per-device batch x TP x steps per generation). Server: the vllm.* flags, else vLLM's
+    `vllm serve` defaults for this GPU size."""
+    v, t = cfg.vllm, cfg.trainer
+    installed = packages.installed("vllm")
+    shape = {"vllm_version": installed.release if installed else None}
+    if v.mode == "colocate":
+        steps = t.steps_per_generation or t.gradient_accumulation_steps
+        seqs = t.per_device_train_batch_size * v.tensor_parallel_size * steps
+        return {**shape, "vllm_batched_tokens": vllm_engine.COLOCATE_BATCHED_TOKENS, "vllm_max_seqs": seqs}
+    tokens, seqs = vllm_engine.server_batch_defaults(capacity)
+    return {
+        **shape,
+        "vllm_batched_tokens": v.max_num_batched_tokens or tokens,
+        "vllm_max_seqs": v.max_num_seqs or seqs,
+        "vllm_eager": bool(v.enforce_eager),
+        "vllm_kv_dtype": v.kv_cache_dtype,
+        "vllm_kv_memory": v.kv_cache_memory_bytes,
+    }
 
 
 def _quantization(cfg: DictConfig) -> dict:

@@ -8,6 +8,7 @@ reported in GiB (2**30); no torch import. Formulas, sources and known limits: do
 from dataclasses import dataclass, field, replace
 
 from grpo_exp import GIB
+from grpo_exp.planning import vllm_engine
 from grpo_exp.planning.calibration import GROUPS
 from grpo_exp.planning.inputs import Inputs
 
@@ -32,9 +33,6 @@ ACTIVATION_BYTES_PER_TOKEN = {
 # The LM head's tensors saved for backward, bytes per token per hidden unit, by the weights' bytes:
 # the final hidden state and its norm's input and output (fp32 weights: three fp32 copies).
 HEAD_SAVED_BYTES_PER_HIDDEN = {4: 12, 2: 8}
-VLLM_NON_TORCH = 1.3 * GIB  # NCCL, CUDA context of the engine (vLLM's own startup log, PR #11743)
-VLLM_CUDA_GRAPHS = 1.0 * GIB  # captured graphs, outside gpu_memory_utilization (0.4-3.3 GiB seen)
-VLLM_PROFILE_TOKENS = 8192  # vLLM's max_num_batched_tokens default for the server
 
 
 @dataclass
@@ -71,7 +69,7 @@ def model_states(x: Inputs) -> dict[str, float]:
     n, wb = x.world_size, x.dtype_bytes
     trainable = x.lora_params or x.params
     tb = 4 if x.lora_params else wb  # bytes per trainable parameter (PEFT upcasts adapters)
-    frozen = base_weight_bytes(x) / wb if x.lora_params else 0  # in model.dtype units, quantized layers at their bytes
+    frozen = x.base_weight_bytes() / wb if x.lora_params else 0  # in model.dtype units, quantized layers at their bytes
     if x.zero_stage == 0:
         return {
             "weights": frozen * wb + trainable * tb,
@@ -98,11 +96,6 @@ def model_states(x: Inputs) -> dict[str, float]:
     if x.offload_params and x.zero_stage == 3:
         weights = 0.0
     return {"weights": weights, "gradients": grads16 + fp32_grads, "optimizer": optimizer}
-
-
-def base_weight_bytes(x: Inputs) -> float:
-    """The base model's weights: quantized linear layers at their bytes per weight, the rest in model.dtype."""
-    return x.quantized_params * x.quant_bytes + (x.params - x.quantized_params) * x.dtype_bytes
 
 
 def _activations_per_layer(x: Inputs, tokens: int) -> float:
@@ -213,17 +206,20 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         c["zero3_gather"] = 4 * x.vocab * x.hidden  # largest layer gathered (DeepSpeed's estimator)
     else:
         c["zero3_gather"] = 0.0
+    engine = vllm_engine.estimate(x, server=False) if x.vllm_mode == "colocate" else None
     vllm_awake = vllm_resident = 0.0
-    if x.vllm_mode == "colocate":
-        vllm_awake = x.vllm_util * x.capacity + VLLM_CUDA_GRAPHS
-        vllm_resident = VLLM_CUDA_GRAPHS if x.vllm_sleep else vllm_awake
+    if engine is not None:  # the colocated engine, on this GPU beside the trainer
+        vllm_awake = engine.peak
+        vllm_resident = vllm_engine.residual_asleep(engine) if x.vllm_sleep else vllm_awake
     c["vllm_colocated"] = vllm_awake
+    # vllm=server: rank 0 streams the weights to the server through NCCL buffers of its own
+    c["weight_sync_buffers"] = vllm_engine.WEIGHT_SYNC_BUFFERS if x.vllm_mode == "server" else 0.0
     c["runtime"] = (
         CUDA_CONTEXT if x.device == "cuda" else (CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME)
     )
 
     for name, factor in x.calibration:  # preflight.calibration: factors fitted on measured runs
-        for component in GROUPS[name]:
+        for component in GROUPS.get(name, ()):  # the engine's factor is vllm_engine.py's
             c[component] *= factor
     persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"]
     phases = {
@@ -243,48 +239,20 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         + c["gradients"]
         + (x.allgather_bucket * wb if x.zero_stage in (1, 2) else 0.0),
     }
+    if x.vllm_mode == "server":  # before each generation, after the optimizer step: what the sync holds on rank 0
+        phases["weight_sync"] = persistent + c["zero3_gather"] + c["weight_sync_buffers"]
     torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
     phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
     c["allocator_reserve"] = FRAGMENTATION * max(torch_part.values())
     return RoleEstimate(c, phases, x.capacity)
 
 
-def kv_bytes_per_token(x: Inputs) -> float:
-    return 2 * x.layers * (x.kv_heads / x.vllm_tp) * x.head_dim * 2  # bf16 K and V, per TP shard
-
-
 def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
-    """One vLLM engine GPU: weights per TP shard, profile activations, non-torch memory, the KV
-    cache as what remains of gpu_memory_utilization x capacity, CUDA graphs on top."""
-    budget = x.vllm_util * x.capacity
-    c = {
-        # a pre-quantized checkpoint is served at its own bits; anything else in 16 bits
-        "weights": (base_weight_bytes(replace(x, dtype_bytes=2)) if x.prequantized else x.params * 2) / x.vllm_tp,
-        "profile_activations": VLLM_PROFILE_TOKENS * (2 * x.hidden + 2 * x.intermediate / x.vllm_tp) * 2
-        + 256 * x.vocab * 4,
-        "non_torch": VLLM_NON_TORCH,
-    }
-    c["kv_cache"] = max(0.0, budget - sum(c.values()))
-    c["cuda_graphs"] = VLLM_CUDA_GRAPHS
-    notes = []
-    per_token = kv_bytes_per_token(x)
-    if c["kv_cache"] <= 0:
-        notes.append("no memory left for the KV cache within gpu_memory_utilization")
-    elif x.vllm_max_len * per_token > c["kv_cache"]:
-        notes.append(
-            f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; only "
-            f"{c['kv_cache'] / GIB:.2f} GiB is left"
-        )
-    else:
-        concurrency = c["kv_cache"] / (per_token * (x.prompt + x.completion))
-        notes.append(
-            f"KV cache holds {c['kv_cache'] / per_token:,.0f} tokens: ~{concurrency:.0f} sequences of "
-            "prompt+completion at once"
-        )
-    peak = budget + c["cuda_graphs"]
-    engine_ok = c["kv_cache"] > 0 and x.vllm_max_len * per_token <= c["kv_cache"]
-    # An engine that cannot start is as fatal as an OOM: report it as over capacity.
-    return RoleEstimate(c, {"generate": peak if engine_ok else max(peak, x.capacity + 1)}, x.capacity, notes)
+    """A `vllm serve` GPU (vllm_engine.py's rules) as a role of the plan: one phase, generate; an engine that
+    cannot start is as fatal as an OOM, so it is reported over capacity."""
+    engine = vllm_engine.estimate(x, server=True)
+    peak = engine.peak if engine.starts else max(engine.peak, x.capacity + 1)
+    return RoleEstimate(engine.components, {"generate": peak}, x.capacity, engine.notes)
 
 
 @dataclass
@@ -300,8 +268,34 @@ class Estimate:
 def estimate(x: Inputs) -> Estimate:
     train = estimate_train(x)
     if x.vllm_mode == "colocate":
-        engine = estimate_vllm_engine(x)
-        if not engine.phases["generate"] <= x.capacity:  # the colocated engine cannot start
-            train.phases["generate"] = max(train.phases["generate"], x.capacity + 1)
-            train.notes += engine.notes
+        _admit_colocated(x, train)
     return Estimate(train, estimate_vllm_engine(x) if x.vllm_mode == "server" else None)
+
+
+def resident_at_engine_start(x: Inputs, train: RoleEstimate) -> float:
+    """What the training process holds when TRL starts the colocated engine: its weights, the reference model
+    and the CUDA context (gradients and optimizer states come at the first step)."""
+    c = train.components
+    return c["weights"] + c["reference_model"] + c["runtime"]
+
+
+def _admit_colocated(x: Inputs, train: RoleEstimate) -> None:
+    """vLLM starts only with budget = gpu_memory_utilization x total free (its init_device check: "Free memory
+    on device ... is less than desired GPU memory utilization"), and only with a KV cache that holds one
+    max_model_len sequence. A colocated engine that cannot start is an OOM verdict, with its reason."""
+    engine = vllm_engine.estimate(x, server=False)
+    free = x.capacity - resident_at_engine_start(x, train)
+    if free < engine.budget:
+        largest = int(100 * free / x.capacity) / 100 - 0.01
+        train.notes.append(
+            f"vLLM cannot start: the trainer holds {(x.capacity - free) / GIB:.2f} GiB when the engine starts "
+            f"(weights, reference model, CUDA context), leaving {free / GIB:.2f} GiB free, below "
+            f"gpu_memory_utilization x capacity = {engine.budget / GIB:.2f} GiB"
+            + (f"; vllm.gpu_memory_utilization <= {largest:.2f} starts" if largest > 0 else "")
+        )
+    elif not engine.starts:
+        train.notes += [f"vLLM cannot start: {n}" for n in engine.notes[:1]]
+    else:
+        train.notes += [f"colocated vLLM {n}" for n in engine.notes]
+        return
+    train.phases["generate"] = max(train.phases["generate"], x.capacity + 1)

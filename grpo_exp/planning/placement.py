@@ -2,10 +2,10 @@
 keeps, with what environment and exact commands. Pure Python, any machine, any topology.
 
 Rules (the multi-node failures in the field are all placement errors):
-- vllm=server: `vllm.gpus` GPUs on node 0 (the first indices, as in TRL's docs) run `trl
-  vllm-serve`; they never train. Other nodes train on all their GPUs (2x8 -> 7+8 processes), or,
-  with `topology.symmetric=true`, leave the same GPUs idle (7+7) for platforms that need equal
-  nodes. With `vllm.nodes=1` the last node only serves, on all its GPUs (TP per engine, data
+- vllm=server: `vllm.gpus` GPUs on node 0 (the first indices, as in TRL's docs) run `vllm serve` as
+  `trl vllm-serve` would (serve_command); they never train. Other nodes train on all their GPUs (2x8 ->
+  7+8 processes), or, with `topology.symmetric=true`, leave the same GPUs idle (7+7) for platforms that
+  need equal nodes. With `vllm.nodes=1` the last node only serves, on all its GPUs (TP per engine, data
   parallel over the rest), and every other node trains on all of its GPUs (TRL's 4+1 layout).
 - vllm=colocate / off: every GPU trains (colocated vLLM shares each GPU by gpu_memory_utilization).
 - One process per training GPU, never nn.DataParallel; training processes never see a vLLM GPU
@@ -15,7 +15,6 @@ Rules (the multi-node failures in the field are all placement errors):
 
 import itertools
 import shlex
-import shutil
 import sys
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
@@ -93,25 +92,50 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
     )
 
 
-def serve_command(cfg: DictConfig, gpus: int) -> list[str]:
-    """`trl vllm-serve` on `gpus` GPUs: engines of vllm.tensor_parallel_size, data parallel over the rest
-    (or vllm.standin's command in its place, the CPU rehearsal)."""
+# `trl vllm-serve` (1.16) only runs vLLM's own server with this set: the weight-transfer and prefix-cache
+# endpoints TRL's client uses live behind vLLM's dev mode (trl/scripts/vllm_serve.py, main).
+SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+# vllm.* server flags TRL's serve script does not name: forwarded to `vllm serve` as its own options.
+SERVER_EXTRA_FLAGS = {
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "kv_cache_memory_bytes": "--kv-cache-memory",
+}
+
+
+def serve_arguments(cfg: DictConfig, gpus: int):
+    """TRL's own ScriptArguments for a server on `gpus` GPUs: engines of vllm.tensor_parallel_size, data
+    parallel over the rest, the vllm.* flags TRL's script takes."""
+    from trl.scripts.vllm_serve import ScriptArguments
+
     v = cfg.vllm
-    trl = shlex.split(v.standin) if v.standin else (shutil.which("trl") or f"{sys.executable} -m trl").split()
-    argv = [
-        *trl,
-        "vllm-serve",
-        f"--model={cfg.model.name_or_path}",
-        f"--tensor_parallel_size={v.tensor_parallel_size}",
-        f"--data_parallel_size={max(1, gpus // v.tensor_parallel_size)}",
-        f"--gpu_memory_utilization={v.gpu_memory_utilization}",
-        f"--dtype={cfg.model.dtype}",
-        f"--host={bind_address(cfg)}",
-        f"--port={v.server_port}",
-    ]
-    if v.max_model_length is not None:
-        argv.append(f"--max_model_len={v.max_model_length}")
-    return argv
+    return ScriptArguments(
+        model=cfg.model.name_or_path or cfg.model.name,  # the tiny model has no name: only a stand-in serves it
+        tensor_parallel_size=v.tensor_parallel_size,
+        data_parallel_size=max(1, gpus // v.tensor_parallel_size),
+        host=bind_address(cfg),
+        port=v.server_port,
+        gpu_memory_utilization=v.gpu_memory_utilization,
+        dtype=cfg.model.dtype,
+        max_model_len=v.max_model_length,
+        enable_prefix_caching=v.enable_prefix_caching,
+        enforce_eager=v.enforce_eager,
+        kv_cache_dtype=v.kv_cache_dtype,
+        vllm_model_impl=v.model_impl,
+    )
+
+
+def serve_command(cfg: DictConfig, gpus: int) -> list[str]:
+    """`vllm serve` exactly as TRL 1.16 starts it (trl.scripts.vllm_serve.build_command: TRL's weight transfer
+    and logprobs flags, whatever the installed trl adds), run with SERVER_ENV; `trl vllm-serve` itself is
+    deprecated and only execs this. vllm.standin's command takes the place of the interpreter and module
+    (the CPU rehearsal of a serving node)."""
+    from trl.scripts.vllm_serve import build_command
+
+    v = cfg.vllm
+    extra = [a for key, flag in SERVER_EXTRA_FLAGS.items() if v[key] is not None for a in (flag, str(v[key]))]
+    argv = build_command(serve_arguments(cfg, gpus), extra)
+    return [*shlex.split(v.standin), *argv[argv.index("serve") :]] if v.standin else argv
 
 
 def bind_address(cfg: DictConfig) -> str:
@@ -140,7 +164,7 @@ def _env(topo: SimpleNamespace, node: NodePlan) -> dict[str, dict[str, str]]:
         train["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"  # a dead peer aborts collectives instead of hanging
         train["GRPO_EXP_VLLM_GPUS"] = ",".join(map(str, node.vllm_gpus))  # for the worker's startup guard
     if node.vllm_gpus:
-        env["vllm"] = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, node.vllm_gpus))}
+        env["vllm"] = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, node.vllm_gpus)), **SERVER_ENV}
     return env
 
 
@@ -191,9 +215,10 @@ def _node_lines(n: NodePlan) -> list[str]:
         else f"{n.train_procs} training process(es) on {gpus}{vllm}"
     )
     lines = [f"  node {n.node_rank}: {role}"]
+    shown = ("CUDA_VISIBLE_DEVICES", *SERVER_ENV)  # what a user re-running a command by hand must set too
     for role, argv in n.commands.items():
-        env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k == "CUDA_VISIBLE_DEVICES")
-        lines.append(f"    {role}: {env + ' ' if env else ''}{' '.join(argv)}")
+        env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k in shown)
+        lines.append(f"    {role}: {env + ' ' if env else ''}{shlex.join(argv)}")
     return lines
 
 

@@ -4,6 +4,7 @@ and the memory plan (planner.preflight) of one run, as the driver made them befo
     world_size, device, gpus_per_node, nodes[]        the launch plan
     vllm                                              the placement's vllm block with the engine's memory plan
     fits, train, errors, suggestions, notes, ...      the memory plan
+    vllm_engine                                       one vLLM engine GPU, as vllm_engine.py lays it out
 
 Readers: the worker (the plan beside what it measured: summary_keys), calibration (the GPUs it planned for).
 """
@@ -34,4 +35,9 @@ def summary_keys(memory: dict) -> dict:
             out[metrics.plan_peak(role)] = r["peak_gib"]
             out.update({metrics.plan_component(role, k): v for k, v in r["components_gib"].items()})
             out.update({metrics.plan_phase(role, k): v for k, v in r["phases_gib"].items()})
+    engine = memory.get("vllm_engine")
+    if engine:
+        out.update({metrics.plan_engine(f"{k}_gib"): v for k, v in engine["components_gib"].items()})
+        out[metrics.plan_engine("kv_tokens")] = engine["kv_tokens"]
+        out[metrics.plan_engine("budget_gib")] = engine["budget_gib"]
     return out

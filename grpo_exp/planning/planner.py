@@ -7,9 +7,13 @@ no torch import.
     report.py   the breakdown as terminal tables
 """
 
+from dataclasses import replace
+
 from omegaconf import DictConfig
 
+from grpo_exp import GIB
 from grpo_exp.config import env
+from grpo_exp.planning import vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
 from grpo_exp.planning.inputs import Inputs, inputs
@@ -34,7 +38,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
     notes += list(cfg.model.get("planner_notes") or [])  # what this architecture has that the formulas do not model
-    notes += _setting_notes(cfg, x) + _episode_notes(cfg, x)
+    notes += _setting_notes(cfg, x) + _episode_notes(cfg, x) + _costly_switch_notes(x, e.fits)
     return {
         "fits": e.fits,
         "device": plan.device,
@@ -44,7 +48,43 @@ def preflight(cfg: DictConfig, plan) -> dict:
         "suggestions": suggest(x),
         "notes": notes,
         "env": episode(cfg, plan.world_size),
+        "vllm_engine": engine(x),
     }
+
+
+def engine(x: Inputs) -> dict | None:
+    """plan.json's `vllm_engine`: one engine GPU as vLLM will lay it out (colocated: on each training GPU;
+    server: on each server GPU), with the shape it was planned at; None without vLLM."""
+    if x.vllm_mode == "off":
+        return None
+    e = vllm_engine.estimate(x, server=x.vllm_mode == "server")
+    return {
+        "components_gib": {k: v / GIB for k, v in e.components.items()},
+        "budget_gib": e.budget / GIB,
+        "kv_tokens": e.kv_tokens,
+        "starts": e.starts,
+        "graphs_inside_budget": vllm_engine.graphs_inside(x.vllm_version),
+        "max_num_batched_tokens": x.vllm_batched_tokens,
+        "max_num_seqs": x.vllm_max_seqs,
+        "vllm_version": ".".join(map(str, x.vllm_version)) if x.vllm_version else None,
+    }
+
+
+def _costly_switch_notes(x: Inputs, fits: bool) -> list[str]:
+    """Sleep mode and optimizer/parameter offload save memory at a cost every step (a wake-up and weight
+    reload; host transfers): when the run fits without them, the plan says so."""
+    if not fits:
+        return []
+    notes = []
+    if x.vllm_mode == "colocate" and x.vllm_sleep and estimate(replace(x, vllm_sleep=False)).fits:
+        notes.append(
+            "fits without vllm.enable_sleep_mode too: sleep mode reloads the engine's weights and KV cache every step"
+        )
+    if (x.offload_optimizer or x.offload_params) and estimate(
+        replace(x, offload_optimizer=False, offload_params=False)
+    ).fits:
+        notes.append("fits without DeepSpeed offload too: offloading moves optimizer states or weights every step")
+    return notes
 
 
 def episode(cfg: DictConfig, world_size: int) -> dict | None:

@@ -90,6 +90,29 @@ def headline(summary: dict) -> list[str]:
     return lines
 
 
+# The engine's start-up figures vLLM logs (core/vllm_log.py) beside the planner's (planning/vllm_engine.py).
+ENGINE_ROWS = ("weights", "profile_activations", "non_torch", "cuda_graphs", "kv_cache")
+
+
+def engine_rows(summary: dict) -> list[tuple[str, str, str, str]]:
+    """(component, logged by vLLM, planned, planner error) per engine GPU; [] when vLLM logged nothing."""
+    if not any(k.startswith(metrics.vllm_startup("")) for k in summary):
+        return []
+    rows = []
+    for part in ENGINE_ROWS:
+        logged, planned = (
+            summary.get(metrics.vllm_startup(f"{part}_gib")),
+            summary.get(metrics.plan_engine(f"{part}_gib")),
+        )
+        if logged is not None or planned is not None:
+            rows.append((part, _gib(logged), _gib(planned), _error(logged, planned)))
+    logged, planned = summary.get(metrics.vllm_startup("kv_tokens")), summary.get(metrics.plan_engine("kv_tokens"))
+    if logged is not None or planned is not None:
+        tokens = [f"{v:,.0f}" if isinstance(v, (int, float)) else "-" for v in (logged, planned)]
+        rows.append(("kv_cache tokens", *tokens, _error(logged, planned)))
+    return rows
+
+
 def _tool_line(summary: dict) -> str | None:
     """An agentic run's tool use, first and last logging step (TRL's tools/* metrics)."""
     first, last = (summary.get(k) or {} for k in ("first_metrics", "final_metrics"))
@@ -128,3 +151,11 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     for row in memory_rows(summary):
         table.add_row(*row)
     console.print(table)
+    rows = engine_rows(summary)
+    if rows:
+        engine = Table(title="vLLM engine per GPU at start-up (GiB) - logged by vLLM vs planned", title_justify="left")
+        for column in ("component", "logged", "planned", "plan error"):
+            engine.add_column(column, justify="left" if column == "component" else "right")
+        for row in rows:
+            engine.add_row(*row)
+        console.print(engine)

@@ -31,16 +31,16 @@ def test_default_dirs_are_unique_for_runs_started_in_the_same_second(tmp_path):
     assert len(dirs) == 3 and all((d / rundir.PLAN).is_file() for d in dirs)
 
 
-def vllm_command(*overrides) -> list[str]:
+def vllm_command(*overrides) -> str:
     plan, problems = check(compose_cfg("model=qwen7b", "vllm=server", "action=plan", *overrides), Path("/x"), gpus=0)
     assert problems == []
-    return next(n.commands["vllm"] for n in plan.nodes if "vllm" in n.commands)
+    return " ".join(next(n.commands["vllm"] for n in plan.nodes if "vllm" in n.commands))
 
 
 def test_vllm_server_listens_only_where_trainers_are():
-    assert "--host=127.0.0.1" in vllm_command("topology=1x2")  # every trainer on its node
-    assert "--host=10.1.2.3" in vllm_command("topology=2x8", "topology.master_addr=10.1.2.3")  # the cluster network
-    assert "--host=10.9.9.9" in vllm_command("topology=1x2", "vllm.server_bind=10.9.9.9")  # asked for
+    assert "--host 127.0.0.1" in vllm_command("topology=1x2")  # every trainer on its node
+    assert "--host 10.1.2.3" in vllm_command("topology=2x8", "topology.master_addr=10.1.2.3")  # the cluster network
+    assert "--host 10.9.9.9" in vllm_command("topology=1x2", "vllm.server_bind=10.9.9.9")  # asked for
     assert not any("0.0.0.0" in a for a in vllm_command("topology=2x8", "topology.master_addr=10.1.2.3"))
 
 
@@ -49,7 +49,7 @@ def test_auto_ports_are_free_numbers_before_the_config_is_frozen():
     check(cfg, Path("/x"), gpus=0)
     assert isinstance(cfg.vllm.server_port, int) and isinstance(cfg.vllm.group_port, int)
     assert cfg.vllm.server_port != cfg.vllm.group_port and ports.is_free(cfg.vllm.server_port)
-    assert f"--port={cfg.vllm.server_port}" in vllm_command("topology=1x2", f"vllm.server_port={cfg.vllm.server_port}")
+    assert f"--port {cfg.vllm.server_port}" in vllm_command("topology=1x2", f"vllm.server_port={cfg.vllm.server_port}")
     multi = compose_cfg("model=qwen7b", "topology=2x8", "vllm=server", "action=plan")
     check(multi, Path("/x"), gpus=0)
     assert (multi.vllm.server_port, multi.vllm.group_port) == (8000, 51216)  # every node must agree: TRL's defaults

@@ -1,6 +1,6 @@
 """Dedicated vLLM nodes: the plan of TRL's 4+1 layout, its validation, and a CPU rehearsal of the
 launch with two drivers on loopback. vLLM cannot run without a GPU, so in the rehearsal a stand-in
-process (tests/standin_vllm.py) plays `trl vllm-serve` on the serving node and the trainers
+process (tests/standin_vllm.py) plays `vllm serve` on the serving node and the trainers
 generate with transformers; what is rehearsed is the launch: the serving node starts its server
 and agent, the training node waits for its health, checks its config, trains, and stops it."""
 
@@ -37,10 +37,9 @@ def test_the_last_node_serves_with_data_parallel_engines(tp, engines):
     assert plan.vllm == {"mode": "server", "server_node": 4, "nodes": 1, "gpus": 8, "tensor_parallel_size": tp}
     serving = plan.nodes[4]
     assert serving.vllm_gpus == list(range(8)) and "train" not in serving.commands
-    assert (
-        f"--tensor_parallel_size={tp}" in serving.commands["vllm"]
-        and f"--data_parallel_size={engines}" in serving.commands["vllm"]
-    )
+    assert f"--tensor-parallel-size {tp}" in " ".join(
+        serving.commands["vllm"]
+    ) and f"--data-parallel-size {engines}" in " ".join(serving.commands["vllm"])
     for node in plan.nodes[:4]:  # training nodes: every GPU, a 4-node training world
         assert (
             node.train_gpus == list(range(8)) and "--nnodes=4" in node.commands["train"] and "vllm" not in node.commands
@@ -54,7 +53,7 @@ def test_the_last_node_serves_with_data_parallel_engines(tp, engines):
         (("topology.nnodes=1",), "vllm.nodes", "leaves no node to train"),
         (("vllm.tensor_parallel_size=3",), "vllm.tensor_parallel_size", "does not divide the serving node's 8 GPUs"),
         (("vllm.gpus=2",), "vllm.gpus", "serves on all its 8 GPUs"),
-        (("vllm=colocate",), "vllm.nodes", "dedicated serving nodes run `trl vllm-serve`"),
+        (("vllm=colocate",), "vllm.nodes", "dedicated serving nodes run the vLLM server"),
     ],
 )
 def test_invalid_serving_layouts_are_named(overrides, key, why):

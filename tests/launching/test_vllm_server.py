@@ -1,4 +1,4 @@
-"""The vLLM server: its argv as TRL's own parser reads it, and the health wait."""
+"""The vLLM server: started as TRL starts it (trl's own build_command), and the health wait."""
 
 import http.server
 import subprocess
@@ -8,29 +8,51 @@ import threading
 import pytest
 
 from grpo_exp.launching import ports, vllm_server
+from grpo_exp.planning import placement
 from tests.helpers import compose_cfg
 
 
-def test_vllm_serve_argv_parses_with_trls_own_parser():
-    from trl.scripts.vllm_serve import make_parser
+def test_the_server_is_started_as_trl_starts_it():
+    """`vllm serve` from trl's own build_command, its arguments as TRL's own parser reads `trl vllm-serve`'s,
+    the flags TRL's script does not name forwarded as vLLM's, and vLLM's dev mode in its environment."""
+    from trl.scripts.vllm_serve import build_command, make_parser
 
     cfg = compose_cfg(
-        "model=qwen7b", "vllm=server", "vllm.gpus=4", "vllm.tensor_parallel_size=2", "vllm.max_model_length=4096"
+        "model=qwen7b",
+        "vllm=server",
+        "vllm.gpus=4",
+        "vllm.tensor_parallel_size=2",
+        "vllm.max_model_length=4096",
+        "vllm.enforce_eager=true",
+        "vllm.kv_cache_dtype=fp8",
+        "vllm.max_num_seqs=64",
+        "vllm.kv_cache_memory_bytes=1000000000",
     )
     ports.resolve_auto(cfg)  # the driver does this before anything names the ports
     argv = vllm_server.serve_command(cfg, gpus=cfg.vllm.gpus)
-    args, extra = make_parser().parse_args_and_config(
-        args=argv[argv.index("vllm-serve") + 1 :], return_remaining_strings=True
-    )
+    as_trl = [
+        "--model=Qwen/Qwen2.5-7B-Instruct",
+        "--tensor_parallel_size=2",
+        "--data_parallel_size=2",
+        "--host=127.0.0.1",  # one node: loopback only (the server has no authentication)
+        f"--port={cfg.vllm.server_port}",
+        "--gpu_memory_utilization=0.9",
+        "--dtype=bfloat16",
+        "--max_model_len=4096",
+        "--enforce_eager=true",
+        "--kv_cache_dtype=fp8",
+    ]
+    args, extra = make_parser().parse_args_and_config(args=as_trl, return_remaining_strings=True)
     assert extra == []
-    assert (args.model, args.tensor_parallel_size, args.data_parallel_size) == ("Qwen/Qwen2.5-7B-Instruct", 2, 2)
-    assert (args.gpu_memory_utilization, args.max_model_len, args.dtype, args.port) == (
-        0.9,
-        4096,
-        "bfloat16",
-        cfg.vllm.server_port,
-    )
-    assert args.host == "127.0.0.1"  # one node: loopback only (TRL's server has no authentication)
+    vllm_flags = ["--max-num-seqs", "64", "--kv-cache-memory", "1000000000"]
+    assert argv == build_command(args, vllm_flags)
+    assert argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"] and "--weight-transfer-config" in argv
+    plan = placement.make_plan(cfg, "config.yaml", detected_gpus=8)
+    assert plan.nodes[0].commands["vllm"] == argv
+    assert plan.nodes[0].env["vllm"]["VLLM_SERVER_DEV_MODE"] == "1"
+    standin = compose_cfg("model=qwen7b", "vllm=server", "vllm.standin='python fake.py'")
+    ports.resolve_auto(standin)
+    assert vllm_server.serve_command(standin, gpus=1)[:4] == ["python", "fake.py", "serve", "Qwen/Qwen2.5-7B-Instruct"]
 
 
 class _Health(http.server.BaseHTTPRequestHandler):

@@ -49,8 +49,8 @@ def test_server_with_tensor_parallel_2():
     assert shape(plan) == [(0, 6, list(range(2, 8)), [0, 1])] + [(r, 8, ALL8, []) for r in (1, 2, 3)]
     assert plan.world_size == 30
     assert plan.vllm == {"mode": "server", "server_node": 0, "nodes": 0, "gpus": 2, "tensor_parallel_size": 2}
-    assert "--tensor_parallel_size=2" in plan.nodes[0].commands["vllm"]
-    assert "--data_parallel_size=1" in plan.nodes[0].commands["vllm"]
+    argv = " ".join(plan.nodes[0].commands["vllm"])
+    assert "--tensor-parallel-size 2" in argv and "--data-parallel-size 1" in argv
 
 
 def test_single_node_server_1x8():
@@ -72,7 +72,7 @@ def test_env_and_commands_of_a_server_node():
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "GRPO_EXP_VLLM_GPUS": "0",
     }
-    assert node0.env["vllm"] == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert node0.env["vllm"] == {"CUDA_VISIBLE_DEVICES": "0", "VLLM_SERVER_DEV_MODE": "1"}  # as trl vllm-serve sets it
     assert node0.commands["train"][1:] == [
         "-m",
         "torch.distributed.run",

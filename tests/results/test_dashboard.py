@@ -88,6 +88,7 @@ def test_report_of_an_oom():
 # logger.console=full (everything on the console): test_e2e_config.test_plain_text_prompts_train...
 
 
+@pytest.mark.slow  # a planning multirun through the real CLI
 def test_planning_sweep_ends_with_a_table_and_a_heatmap(tmp_path):
     sweep = tmp_path / "sweep"
     result = run_driver(
@@ -115,6 +116,7 @@ def test_planning_sweep_ends_with_a_table_and_a_heatmap(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # a planning multirun through the real CLI
 def test_planning_frontier_launches_nothing(tmp_path):
     sweep = tmp_path / "frontier"
     result = run_driver(

@@ -1,0 +1,159 @@
+"""One vLLM engine GPU, planned on vLLM's own memory rules (vllm/v1/worker/gpu_worker.py): what it loads,
+what its start-up profile takes, and the KV cache it sizes from what is left. Pure arithmetic over Inputs;
+no vLLM import. Sources, the public start-up logs this was checked against and its error per vLLM
+version: docs/memory-planner.md ("The vLLM engine").
+
+    budget            gpu_memory_utilization x the GPU's total memory: everything below lives inside it
+      weights         the model at 16 bits per TP shard (a pre-quantized checkpoint at its own bits)
+      activations     the profile run: max_num_batched_tokens through the model, plus the sampler's
+                      fp32 logits for min(max_num_seqs, max_num_batched_tokens) sequences
+      non_torch       CUDA context share, cuBLAS workspace, NCCL for tensor parallelism
+      cuda_graphs     since vLLM 0.21, estimated at start-up and taken inside the budget (before: on top);
+                      none with enforce_eager
+      kv_cache        the rest (or exactly kv_cache_memory_bytes, which ignores the budget)
+    weight_sync_buffers  a server's NCCL weight-transfer buffers, allocated after start-up: outside
+
+vLLM refuses to start when the KV cache is empty or cannot hold one max_model_len sequence (its
+check_enough_kv_cache_memory); in colocate mode also when the GPU has less free memory at start-up than the
+budget (its init_device check), which memory.py decides (it knows what the trainer already holds).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from grpo_exp import GIB
+from grpo_exp.planning import calibration
+
+if TYPE_CHECKING:  # inputs.py reads this module's engine shapes
+    from grpo_exp.planning.inputs import Inputs
+
+# vLLM >= 0.21 estimates CUDA-graph memory while profiling and keeps it inside gpu_memory_utilization
+# ("CUDA graph memory profiling is enabled (default since v0.21.0)"); this environment variable set to 0
+# restores the old rule (graphs on top of the budget).
+GRAPHS_INSIDE_SINCE = (0, 21)
+GRAPHS_ESTIMATE_ENV = "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"
+# Non-torch memory vLLM's profile finds on top of the weights: 0.01-0.26 GiB per GPU in the start-up logs of
+# docs/memory-planner.md (one GPU and TP=2 alike); planned at their upper end.
+NON_TORCH = 0.3 * GIB
+# CUDA graphs: a shared pool, then per captured graph a small amount per decoder layer. Fitted to vLLM's own
+# "Estimated CUDA graph memory" lines (Qwen2.5-7B, 54 graphs: 0.37 GiB; 0.31 captured).
+GRAPH_POOL = 0.1 * GIB
+GRAPH_PER_LAYER = 0.2 * 2**20  # bytes per decoder layer per captured graph
+MAX_CAPTURE = 512  # vLLM caps the largest captured batch at min(2 x max_num_seqs, 512)
+# The server's weight transfer (TRL 1.16: vLLM's packed NCCL broadcast): 2 buffers of 1 GiB on each end.
+WEIGHT_SYNC_BUFFERS = 2 * GIB
+# vLLM's scheduler defaults for `vllm serve` (EngineArgs.get_batch_defaults, the OpenAI server's row):
+# (max_num_batched_tokens, max_num_seqs) on GPUs of at least 70 GiB, and below.
+SERVER_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
+# TRL 1.16 builds the colocated engine with max_num_batched_tokens=4096 (trl/generation/vllm_generation.py:
+# "Latest vLLM v1 memory profiler is misled by the high default value") and max_num_seqs = its share of a
+# generation batch (inputs.py computes it).
+COLOCATE_BATCHED_TOKENS = 4096
+
+
+def server_batch_defaults(capacity: float) -> tuple[int, int]:
+    """vLLM's (max_num_batched_tokens, max_num_seqs) for `vllm serve` on a GPU of `capacity` bytes."""
+    return SERVER_DEFAULTS[capacity >= 70 * GIB]
+
+
+def graphs_inside(version: tuple | None) -> bool:
+    """Whether vLLM counts CUDA graphs inside gpu_memory_utilization: from 0.21 on, unless switched off."""
+    if os.environ.get(GRAPHS_ESTIMATE_ENV) == "0":
+        return False
+    return version is None or tuple(version[:2]) >= GRAPHS_INSIDE_SINCE
+
+
+def captured_graphs(max_num_seqs: int) -> int:
+    """How many CUDA graphs vLLM captures by default (FULL_AND_PIECEWISE): piecewise ones for batch sizes
+    1, 2, 4, every 8 to 256, every 16 above, up to min(2 x max_num_seqs, 512); full ones for those up to
+    half of that (vLLM logs "PIECEWISE=51 (largest=512), FULL=35 (largest=256)")."""
+    largest = min(2 * max_num_seqs, MAX_CAPTURE)
+    sizes = [1, 2, 4, *range(8, 257, 8), *range(272, MAX_CAPTURE + 1, 16)]
+    return sum(1 for s in sizes if s <= largest) + sum(1 for s in sizes if s <= largest // 2)
+
+
+def kv_bytes_per_token(x: Inputs) -> float:
+    """K and V of every layer for one token, per TP shard (vLLM's AttentionSpec.page_size_bytes per token)."""
+    element = 1 if x.vllm_kv_dtype.startswith("fp8") else 2  # auto: the model's 16 bits
+    return 2 * x.layers * (x.kv_heads / x.vllm_tp) * x.head_dim * element
+
+
+def profile_activations(x: Inputs) -> float:
+    """vLLM's profile run: max_num_batched_tokens through the model at 16 bits. Per token, the MLP's gate/up
+    output and its activation (6 x intermediate bytes, per TP shard) and four copies of the hidden state
+    (residual, norm, attention and projection outputs: 8 x hidden bytes); then the sampler's fp32 logits for
+    the dummy batch of sequences. Checked against the logged "PyTorch activation peak memory" (docs)."""
+    per_token = 6 * x.intermediate / x.vllm_tp + 8 * x.hidden
+    return x.vllm_batched_tokens * per_token + min(x.vllm_max_seqs, x.vllm_batched_tokens) * x.vocab * 4
+
+
+def weights(x: Inputs) -> float:
+    """The served model per TP shard: 16 bits, or a pre-quantized checkpoint's own bytes."""
+    served = x.base_weight_bytes(dtype_bytes=2) if x.prequantized else x.params * 2
+    return served / x.vllm_tp
+
+
+@dataclass
+class Engine:
+    components: dict[str, float]  # bytes
+    budget: float  # gpu_memory_utilization x capacity
+    peak: float  # what the engine holds once started (buffers allocated after start-up included)
+    kv_tokens: float
+    starts: bool  # vLLM's own start-up checks pass: a KV cache that holds one max_model_len sequence
+    notes: list[str] = field(default_factory=list)
+
+
+def estimate(x: Inputs, server: bool) -> Engine:
+    """One engine GPU of `x` (server: a `vllm serve` GPU, with its weight-transfer buffers)."""
+    budget = x.vllm_util * x.capacity
+    c = {
+        "weights": weights(x),
+        "profile_activations": profile_activations(x),
+        "non_torch": NON_TORCH,
+        "cuda_graphs": 0.0
+        if x.vllm_eager
+        else GRAPH_POOL + GRAPH_PER_LAYER * x.layers * captured_graphs(x.vllm_max_seqs),
+    }
+    overhead = dict(x.calibration).get(calibration.ENGINE, 1.0)  # preflight.calibration, from vLLM's own logs
+    for part in calibration.ENGINE_GROUP:
+        c[part] *= overhead
+    inside = graphs_inside(x.vllm_version)
+    if x.vllm_kv_memory:  # --kv-cache-memory: the KV cache is what was asked, the budget is not consulted
+        c["kv_cache"] = float(x.vllm_kv_memory)
+        used = sum(c.values())
+    else:
+        taken = sum(v for k, v in c.items() if k != "cuda_graphs" or inside)
+        c["kv_cache"] = max(0.0, budget - taken)
+        used = budget + (0.0 if inside else c["cuda_graphs"])
+    if server:
+        c["weight_sync_buffers"] = WEIGHT_SYNC_BUFFERS
+        used += WEIGHT_SYNC_BUFFERS
+    per_token = kv_bytes_per_token(x)
+    tokens = c["kv_cache"] / per_token
+    notes = []
+    if c["kv_cache"] <= 0:
+        notes.append(
+            "no memory left for the KV cache within gpu_memory_utilization (vLLM: 'No available memory for the "
+            "cache blocks')"
+        )
+    elif tokens < x.vllm_max_len:
+        notes.append(
+            f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; only "
+            f"{c['kv_cache'] / GIB:.2f} GiB is left (vLLM refuses to start)"
+        )
+    else:
+        notes.append(
+            f"KV cache: {tokens:,.0f} tokens, {per_token / 1024:.0f} KiB each; maximum concurrency "
+            f"{tokens / x.vllm_max_len:.2f}x for {x.vllm_max_len:,} tokens per request (as vLLM logs it), "
+            f"~{tokens / (x.prompt + x.completion):.0f} sequences of prompt + completion at once"
+        )
+    return Engine(c, budget, used, tokens, starts=tokens >= x.vllm_max_len and c["kv_cache"] > 0, notes=notes)
+
+
+def residual_asleep(engine: Engine) -> float:
+    """What a sleeping engine keeps (TRL sleeps at level 2: weights and KV cache released). The CUDA-graph
+    pools, non-torch memory and the CUDA context stay (vLLM's sleep mode frees only its tagged pools)."""
+    return engine.components["cuda_graphs"] + engine.components["non_torch"]
