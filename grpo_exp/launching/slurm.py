@@ -359,6 +359,13 @@ def _exit_code(submitted: Submitted) -> int:
     return max(codes, key=lambda c: c != 0)
 
 
+def _ending(job_id: str) -> str | None:
+    """SLURM's state for a job it is ending (scancel, a preemption: COMPLETING, CANCELLED, ...), or None while
+    it still runs it: a time-limit warning (SIGUSR2) or a signal alone (`scancel --signal`) leaves it RUNNING."""
+    state = job_state(job_id)
+    return None if state is None or state.state in ("RUNNING", "SUSPENDED") else state.state
+
+
 def _raise_interrupt(*_):
     raise KeyboardInterrupt
 
@@ -409,7 +416,17 @@ class NodeTask:
             return code
         summary = outcome.conclude(run_dir, code, time.time() - started)
         if summary["status"] == "preempted" and "SLURM_JOB_ID" in os.environ:
-            if restarts < cfg.launcher.slurm.max_requeues:
+            ending = _ending(env.job_id)
+            if ending:  # scancel (a stopped driver, a person) or SLURM's own preemption: a requeue would undo it
+                log.warning(
+                    "preempted at step %s while SLURM ends job %s (%s): not requeued; python -m grpo_exp "
+                    "resume=%s continues",
+                    summary.get("global_step"),
+                    env.job_id,
+                    ending,
+                    run_dir,
+                )
+            elif restarts < cfg.launcher.slurm.max_requeues:
                 log.warning(
                     "preempted at step %s: requeueing job %s (%d of %d)",
                     summary.get("global_step"),
@@ -419,10 +436,11 @@ class NodeTask:
                 )
                 subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
                 raise SystemExit(outcome.EXIT_PREEMPTED)  # no result for submitit: the requeued job gives it
-            log.warning(
-                "preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s "
-                "continues",
-                cfg.launcher.slurm.max_requeues,
-                run_dir,
-            )
+            else:
+                log.warning(
+                    "preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s "
+                    "continues",
+                    cfg.launcher.slurm.max_requeues,
+                    run_dir,
+                )
         return summary["exit_code"]

@@ -257,22 +257,29 @@ def test_wait_false_returns_at_once_and_compare_follows_the_job(cli):
 
 
 def test_a_stopped_driver_cancels_its_job(background_driver, tmp_path):
+    """Stopped while the job trains: scancel's SIGTERM reaches the ranks, which save and end `preempted`, as
+    for a time-limit warning. Node 0's task must not requeue a job SLURM is ending (it did: the cancelled job
+    came back PENDING and trained on without its driver)."""
     run_dir = tmp_path / "run"
-    driver = background_driver(*SLURM, "trainer.max_steps=10000", f"hydra.run.dir={run_dir}")
+    driver = background_driver(
+        *SLURM,
+        "trainer.max_steps=10000",
+        "+data.rewards.paced._target_=tests.memory_hog.paced",
+        "launcher.slurm.max_requeues=2",
+        f"hydra.run.dir={run_dir}",
+    )
     try:
-        deadline = time.time() + 120
-        while not rundir.read_summary(run_dir).get("slurm_job_id") and time.time() < deadline:
-            time.sleep(1)
+        _until(lambda: rundir.read_metrics(run_dir) or driver.poll() is not None, 240, "a step")
         job_id = rundir.read_summary(run_dir).get("slurm_job_id")
-        assert job_id, "the job was never submitted"
-        while _squeue(job_id) != "RUNNING" and time.time() < deadline:
-            time.sleep(1)
+        assert job_id and rundir.read_metrics(run_dir), "the job never trained"
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(timeout=60) == outcome.EXIT_INTERRUPTED, driver.stdout.read()[-3000:]
-        deadline = time.time() + 60
-        while _squeue(job_id) not in ("", "CANCELLED") and time.time() < deadline:
+        # COMPLETING while the task concludes (SLURM's KillWait bounds it), then CANCELLED, or PENDING if requeued
+        deadline = time.time() + 90
+        while time.time() < deadline and _squeue(job_id) not in ("", "CANCELLED", "PENDING"):
             time.sleep(1)
         assert _squeue(job_id) in ("", "CANCELLED"), f"job {job_id} outlived its driver: {_squeue(job_id)}"
+        assert "slurm_restarts" not in rundir.read_summary(run_dir), rundir.read_summary(run_dir)
     finally:
         subprocess.run(["scancel", str(rundir.read_summary(run_dir).get("slurm_job_id", "0"))], capture_output=True)
 
