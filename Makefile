@@ -33,9 +33,10 @@ TEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
-# test-fast spreads over every core: no training processes, no exhaustive matrices.
+# test-fast spreads over every core: no training processes, no exhaustive matrices; worksteal lets the worker
+# that runs out first take the other's remaining tests (the lane is many short tests).
 test-fast: setup
-	$(PY) -m pytest -m "not e2e and not slow" -q -n auto
+	$(PY) -m pytest -m "not e2e and not slow" -q -n auto --dist worksteal
 
 # Line coverage of make test, subprocesses included (.coveragerc); slower than make test.
 coverage: setup

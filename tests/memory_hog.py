@@ -10,17 +10,21 @@ def memory_hog(
     gib: float = 8.0,
     gib_per_unit: float | None = None,
     only_rank: int | None = None,
+    touch: bool = False,
     **kwargs,
 ) -> list[float]:
     """Asks for `gib`, or `gib_per_unit` x batch x num_generations (a unit per completion, times
-    completions per prompt), so a grid over batch and num_generations OOMs exactly where wanted."""
+    completions per prompt), so a grid over batch and num_generations OOMs exactly where wanted. `touch`
+    writes every page: resident memory, which the kernel's OOM killer counts (the default is address space)."""
     import torch
 
     if gib_per_unit is not None:
         generations = len(completions) // max(1, len({str(p) for p in prompts or []}))
         gib = gib_per_unit * len(completions) * generations
     if only_rank is None or int(os.environ.get("RANK", "0")) == only_rank:
-        torch.empty(int(gib * 2**30), dtype=torch.uint8)  # address space only: fails under RLIMIT_DATA
+        hog = torch.empty(int(gib * 2**30), dtype=torch.uint8)  # address space only: fails under RLIMIT_DATA
+        if touch:
+            hog.fill_(1)
     return [0.0] * len(completions)
 
 

@@ -47,6 +47,10 @@ CHOICES = {
     "vllm.model_impl": ("vllm", "transformers"),
     "vllm.kv_cache_dtype": VLLM_KV_CACHE_DTYPES,
     "preflight.versions": ("refuse", "warn"),
+    "fsdp.version": (2,),  # FSDP1 is deprecated in transformers, and planned nowhere here
+    "fsdp.shard_group": ("world", "node"),
+    "fsdp.state_dict_type": ("FULL_STATE_DICT", "SHARDED_STATE_DICT"),
+    "fsdp.auto_wrap_policy": ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP"),
     **ENUM_CHOICES,
 }
 
@@ -141,6 +145,7 @@ RANGES = {
     "topology.node_rank": _at_least(0, 4095),
     "topology.master_port": _PORT,
     "topology.rendezvous_timeout_s": _above(0),
+    "topology.host_memory_gib": (lambda v: 0 < v <= 2**24, "in (0, 16777216]"),
     "topology.collective_timeout_s": _above(0),
     "peft.r": _at_least(1, 2**16),
     "peft.lora_alpha": _above(0),
@@ -399,6 +404,47 @@ def check_deepspeed(cfg: DictConfig) -> list[Problem]:
     return deepspeed_check.problems(ds) + deepspeed_check.against_trainer(ds, cfg.trainer)
 
 
+def check_fsdp(cfg: DictConfig) -> list[Problem]:
+    """FSDP2 with what cannot run beside it: a DeepSpeed stage (one sharding per run), two activation
+    checkpointings (transformers refuses both), bitsandbytes layers (FSDP2 shards them only with a quant
+    storage dtype grpo_exp does not set). CPU offload on CPU ranks is refused by the launch plan."""
+    f = cfg.fsdp
+    if not f.enabled:
+        return []
+    problems = []
+    if cfg.deepspeed:
+        stage = cfg.deepspeed.get("zero_optimization", {}).get("stage", "?")
+        problems.append(
+            Problem(
+                "fsdp",
+                f"fsdp={f.name} and a DeepSpeed config (ZeRO stage {stage}) both shard the model: one sharding per run",
+                "keep one: deepspeed=none (FSDP2) or fsdp=none (DeepSpeed)",
+            )
+        )
+    checkpointing = cfg.trainer.activation_checkpointing
+    if checkpointing is None:
+        checkpointing = cfg.trainer.gradient_checkpointing
+    if f.activation_checkpointing and checkpointing:
+        problems.append(
+            Problem(
+                "fsdp.activation_checkpointing",
+                "is true beside trainer.gradient_checkpointing / activation_checkpointing: transformers refuses both",
+                "trainer.gradient_checkpointing=false (FSDP's own saves the extra all-gather), or "
+                "fsdp.activation_checkpointing=false",
+            )
+        )
+    if cfg.model.get("quantization") is not None:
+        problems.append(
+            Problem(
+                "fsdp",
+                f"fsdp={f.name} with model.quantization: FSDP2 shards bitsandbytes layers only with a quant storage "
+                "dtype, which grpo_exp neither sets nor plans",
+                "peft=lora (16-bit base weights, sharded), or fsdp=none for QLoRA",
+            )
+        )
+    return problems
+
+
 def check(cfg: DictConfig) -> list[Problem]:
     """Every stage-1 problem of `cfg`: the config alone, all at once."""
     problems = check_required(cfg) + check_unknown_keys(cfg)
@@ -407,7 +453,7 @@ def check(cfg: DictConfig) -> list[Problem]:
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg) + check_names(cfg)
     bad = {p.key for p in values}
     problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + check_deepspeed(cfg)
-    problems += check_server_flags(cfg)
+    problems += check_server_flags(cfg) + check_fsdp(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):
         problems += check_lora(cfg)
     return problems

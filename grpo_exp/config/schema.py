@@ -107,8 +107,8 @@ OWNED_TRAINER_FIELDS = {
     "project": "logger.project",
     "hub_token": "the HF_TOKEN environment variable (config.yaml is saved in the run dir; tokens never go in it)",
     "resume_from_checkpoint": "resume=<run dir> (the run continues from its latest checkpoint)",
-    "fsdp": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
-    "fsdp_config": "the deepspeed group: grpo_exp shards with DeepSpeed ZeRO (FSDP is neither planned nor tested)",
+    "fsdp": "the fsdp group (fsdp=full_shard | full_shard_offload | hybrid_shard)",
+    "fsdp_config": "the fsdp group's keys (fsdp.reshard_after_forward, fsdp.cpu_offload, ...)",
     "parallelism_config": "nothing: an accelerate object that cannot be written in YAML (GRPO supports no cp/sp "
     "anyway)",
     "use_vllm": "vllm (vllm=off | colocate | server)",
@@ -199,6 +199,10 @@ class TopologyConfig:
     gpu_name: Optional[str] = None
     gpu_memory_gib: float = 80.0  # per-GPU capacity used for planning
     cpu_procs: int = 2  # training processes per node when there is no GPU (gloo backend)
+    # RAM of one node, GiB: offloaded optimizer states and weights, vLLM's sleeping weights and every process
+    # live there (action=plan adds them up per node). null: this machine's RAM where this machine trains
+    # (topology=local), else not checked
+    host_memory_gib: Optional[float] = None
     symmetric: bool = False  # vllm=server: every node leaves the server's GPU count idle (7+7, not 7+8)
     # Where this node sits; defaults come from torchrun's usual env vars (see conf/config.yaml).
     node_rank: int = 0
@@ -253,6 +257,34 @@ class PreemptionConfig:
 
 
 @dataclass
+class FsdpConfig:
+    """PyTorch FSDP2 (`fully_shard`) through transformers and accelerate: GRPOConfig's `fsdp=True` and its
+    `fsdp_config`, whose keys these are verbatim (name, enabled and shard_group are grpo_exp's own).
+    One sharding per run: refused beside a DeepSpeed stage."""
+
+    name: str = "none"  # none | full_shard | full_shard_offload | hybrid_shard
+    enabled: bool = False
+    version: int = 2  # FSDP2; transformers deprecates FSDP1 and grpo_exp plans only FSDP2
+    # memory: true frees each layer's gathered weights after its forward (gathered again in backward);
+    # false keeps every layer gathered from its forward to its backward (one all-gather less per layer)
+    reshard_after_forward: bool = True
+    # memory: parameters, gradients and Adam states on host RAM (the GPU holds the gathered layers only);
+    # the optimizer step runs on CPU. Host RAM per node: action=plan shows it
+    cpu_offload: bool = False
+    # memory: FSDP's own activation checkpointing (instead of trainer.gradient_checkpointing, which
+    # transformers refuses beside it and which all-gathers each layer once more in backward)
+    activation_checkpointing: bool = False
+    # memory (host): only rank 0 reads the checkpoint; the others start empty and receive it by broadcast
+    cpu_ram_efficient_loading: bool = False
+    state_dict_type: str = "FULL_STATE_DICT"  # checkpoints: FULL_STATE_DICT | SHARDED_STATE_DICT
+    auto_wrap_policy: str = "TRANSFORMER_BASED_WRAP"
+    transformer_layer_cls_to_wrap: Optional[List[str]] = None  # null: the model's decoder layer (_no_split_modules)
+    # world: shard over every rank | node: shard within a node, replicate across nodes (HSDP: gathers stay
+    # on the node's fast links; each node holds a whole copy of the model states)
+    shard_group: str = "world"
+
+
+@dataclass
 class LoggerConfig:
     name: str = MISSING  # wandb | none
     project: str = "grpo_exp"
@@ -295,6 +327,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     vllm: VllmConfig = field(default_factory=VllmConfig)
     deepspeed: Dict[str, Any] = field(default_factory=dict)  # DeepSpeed JSON; {} = DeepSpeed off
+    fsdp: FsdpConfig = field(default_factory=FsdpConfig)
     peft: PeftConfig = field(default_factory=PeftConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     topology: TopologyConfig = field(default_factory=TopologyConfig)

@@ -2,11 +2,13 @@
 
 Per logging step (metrics.jsonl, W&B):
     memory/<phase>/<stat>_gib          max over ranks; with _mean, _min and _argmax_rank beside it
+    memory/<phase>/node_rss_max_gib    host RAM of the fullest node: its ranks' RSS peaks added up
     memory/<counter>                   cumulative allocator counters (alloc_retries, ooms)
 Whole run (summary.json):
     memory/peak/<role>/<stat>_gib      role train or vllm
     memory/peak_phase/<phase>/<stat>_gib
     plan/<role>/peak_gib, plan/<role>/<component>_gib, plan/<role>/phases/<phase>_gib
+    plan/host/peak_gib, plan/host/<component>_gib      host RAM of the node planned to need the most
     plan/vllm_engine/<component>_gib, plan/vllm_engine/kv_tokens   the engine per GPU (server or colocated)
     memory/vllm/startup/<figure>       what vLLM itself logged at start-up (core/vllm_log.py)
     measured/train/<part>_gib, plan_error/train/model_states_pct
@@ -23,6 +25,7 @@ import re
 # run has host_rss_max only. Counters are cumulative allocator counts.
 BYTE_STATS = ("host_rss_max", "alloc_max", "reserved_max", "active_max", "device_used_max")
 COUNT_STATS = ("alloc_retries", "ooms")
+NODE_RSS = "node_rss_max"  # beside BYTE_STATS per phase: the fullest node's ranks' host_rss_max added up
 VLLM = "vllm"  # the vLLM server's GPUs (server mode), read through NVML by rank 0: a role and a pseudo-phase
 RANK_STATS = ("mean", "min", "argmax_rank")  # beside each per-step maximum over ranks
 TOKENS_PER_S = "throughput/tokens_per_s"

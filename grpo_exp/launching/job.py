@@ -93,7 +93,9 @@ def run(job: Job) -> Ended:
             "predicted_oom",
             wall_s=0.0,
             suggestions=memory["suggestions"],
-            error="preflight predicts an OOM; see plan.json (preflight.on_oom=warn runs anyway)",
+            error="preflight predicts an OOM"
+            + "".join(f": {e}" for e in memory["errors"][:1] if e.startswith("host RAM"))
+            + "; see plan.json (preflight.on_oom=warn runs anyway)",
         )
         log.error("refused: predicted OOM (exit %d); preflight.on_oom=warn tries anyway", summary["exit_code"])
         return Ended(summary["exit_code"], run_dir, summary, memory=memory)

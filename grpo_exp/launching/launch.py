@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from grpo_exp import is_local_path, visible_devices
 from grpo_exp.core import outcome, rundir
 from grpo_exp.core.outcome import Mismatch
+from grpo_exp.launching import oom_killer
 from grpo_exp.planning.placement import NodePlan
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     output = _Output(log_path or run_dir / rundir.LOG, quiet=cfg.logger.console == "quiet")
     procs: list[subprocess.Popen] = []
     code = outcome.EXIT_FAILED
+    kills_before = None  # the kernel's OOM kills when training started (oom_killer.py)
     # SIGTERM (timeout, a workflow tool, SLURM preemption), SIGHUP (a closed terminal) and SIGUSR1/2
     # (SLURM's time-limit warning) end the run like Ctrl-C: the ranks save a checkpoint within
     # preemption.grace_s (under SLURM they got the signal themselves too) and the run is preempted.
@@ -168,6 +170,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
             if node.node_rank == 0:
                 serving.check_fingerprint(cfg)
         log.info("launching %d training process(es): %s", node.train_procs, " ".join(node.commands["train"]))
+        kills_before = oom_killer.kills()
         trainer = _start(node.commands["train"], process_env(cfg, node.env["train"], node.train_procs))
         procs.append(trainer)
         output.follow(trainer)
@@ -185,8 +188,19 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         for proc in reversed(procs):  # training first (it saves a checkpoint on SIGTERM), then its server
             stop(proc, cfg.preemption.grace_s if proc is procs[-1] and node.train_procs else STOP_GRACE_S)
         output.close()
+        if kills_before is not None and code not in (outcome.EXIT_OK, outcome.EXIT_INTERRUPTED):
+            _record_oom_kills(run_dir, node, code, log_path or run_dir / rundir.LOG, kills_before)
         if cfg.vllm.nodes and node.train_procs and node.node_rank == 0 and code != outcome.EXIT_HANG_PREVENTED:
             serving.send_stop(cfg, outcome.status_of(run_dir, code))
+
+
+def _record_oom_kills(run_dir: Path, node: NodePlan, code: int, log_path: Path, kills_before: int) -> None:
+    """Training processes SIGKILL ended while the kernel's OOM-kill counter rose: recorded as host OOMs."""
+    torchrun = "torch.distributed.run" in node.commands["train"]
+    text = log_path.read_text(errors="replace") if torchrun and log_path.exists() else ""
+    ranks = oom_killer.killed_ranks(text, code, single_rank=None if torchrun else 0)
+    for rank in oom_killer.record(run_dir, node.node_rank, ranks, kills_before):
+        log.error("rank %d was killed by the kernel's OOM killer: node %d ran out of host RAM", rank, node.node_rank)
 
 
 def _raise_interrupt(*_):

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from grpo_exp.core import rundir
-from grpo_exp.planning.calibration import ENGINE, fit, fit_engine, predict
+from grpo_exp.planning.calibration import ENGINE, HOST, fit, fit_ratio, predict
 
 
 def measured_train_gib(summary: dict) -> tuple[str, float] | None:
@@ -47,7 +47,20 @@ def sample(run_dir: Path) -> dict | None:
         "device": plan.device,
         **{k: v / GIB for k, v in parts.items()},
         **({"engine": engine_sample(summary, x)} if x.vllm_mode != "off" else {}),
+        **({"host": host_sample(summary)} if plan.device == "cuda" else {}),
     }
+
+
+def host_sample(summary: dict) -> dict | None:
+    """A GPU node's processes in host RAM: measured (the fullest node's RSS less the planned offloaded and loaded
+    terms) and planned (host_memory.py's runtime); None without both figures."""
+    from grpo_exp.core import metrics
+
+    node_rss = summary.get(metrics.peak("train", metrics.NODE_RSS))
+    planned, runtime = summary.get(metrics.plan_peak("host")), summary.get(metrics.plan_component("host", "runtime"))
+    if node_rss is None or not planned or not runtime:
+        return None
+    return {"logged": node_rss - (planned - runtime), "planned": runtime}
 
 
 def engine_sample(summary: dict, x) -> dict | None:
@@ -85,9 +98,10 @@ def calibrate(sources: list[str], out: Path) -> dict:
             f"runs from different devices ({', '.join(sorted(devices))}): calibrate each kind of device on its own"
         )
     factors = fit(samples)
-    engine = fit_engine([s["engine"] for s in samples if s.get("engine")])
-    if engine is not None:
-        factors[ENGINE] = engine
+    for name, key in ((ENGINE, "engine"), (HOST, "host")):
+        factor = fit_ratio([s[key] for s in samples if s.get(key)])
+        if factor is not None:
+            factors[name] = factor
 
     def error(s, f):
         return 100 * (predict(s, f) - s["measured"]) / s["measured"]

@@ -33,6 +33,8 @@ GROUPS = {
         "runtime",
         "autocast_weights",
         "deepspeed_buffers",
+        "fsdp_buffers",
+        "fsdp_full_tensor",
         "dequantized_weights",
     ),
     "activations": ("activations",),
@@ -40,9 +42,13 @@ GROUPS = {
 }
 FLOOR = 0.05  # no component is fitted away entirely
 # The vLLM engine's components around its weights and KV cache (planning/vllm_engine.py), corrected by one
-# factor fitted from what vLLM logged at start-up (fit_engine): "vllm_overhead" in a calibration file.
+# factor fitted from what vLLM logged at start-up (fit_ratio): "vllm_overhead" in a calibration file.
 ENGINE = "vllm_overhead"
 ENGINE_GROUP = ("profile_activations", "non_torch", "cuda_graphs")
+# The host RAM of a GPU node's processes (host_memory.py's `runtime`: CUDA's libraries and host state, a typical
+# figure), corrected by one factor fitted from the nodes' measured RSS (fit_ratio): "host_runtime". CPU runs need
+# none: their node is their ranks' plans, which the groups above correct.
+HOST = "host_runtime"
 
 
 def load(path: str | Path) -> dict:
@@ -77,10 +83,11 @@ def fit(samples: list[dict]) -> dict[str, float]:
     return factors
 
 
-def fit_engine(samples: list[dict]) -> float | None:
-    """The engine's overhead factor from runs whose vLLM logged its start-up figures: {'logged': GiB, 'planned':
-    GiB} of what the budget holds besides weights and KV cache (logged: the budget less vLLM's own weights and
-    KV cache). The ratio of the sums (runs weigh by their size); None without such runs."""
+def fit_ratio(samples: list[dict]) -> float | None:
+    """One factor from {'logged': GiB, 'planned': GiB} samples: the ratio of the sums (runs weigh by their size);
+    None without samples. The engine's overhead (what vLLM's budget holds besides weights and KV cache, logged:
+    the budget less vLLM's own weights and KV cache) and the host runtime (a node's measured RSS less the
+    planned offloaded terms) are fitted so."""
     planned = sum(s["planned"] for s in samples)
     if not samples or planned <= 0:
         return None

@@ -140,6 +140,15 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
                     "use a real model (model=qwen0.5b) or vllm=off",
                 )
             )
+    if cfg.fsdp.enabled and cfg.fsdp.cpu_offload and plan.device == "cpu":
+        problems.append(
+            Problem(
+                "fsdp.cpu_offload",
+                "offloads FSDP2's shards from an accelerator to the host; these ranks train on CPU (torch's "
+                "CPUOffloadPolicy raises 'Cannot access accelerator device')",
+                "fsdp=full_shard on CPU; keep fsdp=full_shard_offload for GPU topologies (action=plan plans it)",
+            )
+        )
     if v.mode == "colocate" and plan.world_size % v.tensor_parallel_size:
         problems.append(
             Problem(

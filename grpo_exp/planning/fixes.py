@@ -66,8 +66,14 @@ def suggest(x: Inputs) -> list[dict]:
     if x.ref_model:
         add("trainer.beta", 0.0, replace(x, ref_model=False), "trainer.beta=0.0 (no reference model)")
     for stage in (2, 3):
-        if x.zero_stage < stage and x.world_size > 1:
+        if x.zero_stage < stage and x.world_size > 1 and not x.fsdp:
             add("deepspeed", f"zero{stage}", replace(x, zero_stage=stage), f"deepspeed=zero{stage}")
+    if not x.fsdp and not x.zero_stage and x.world_size > 1:
+        add("fsdp", "full_shard", replace(x, fsdp=True, fsdp_shard=x.world_size), "fsdp=full_shard (FSDP2)")
+    if x.fsdp and not x.fsdp_reshard:
+        add("fsdp.reshard_after_forward", True, replace(x, fsdp_reshard=True), "fsdp.reshard_after_forward=true")
+    if x.fsdp and not x.fsdp_offload and x.device == "cuda":
+        add("fsdp", "full_shard_offload", replace(x, fsdp_offload=True), "fsdp=full_shard_offload")
     if x.zero_stage >= 2 and not x.offload_optimizer:
         add(
             "deepspeed",

@@ -57,6 +57,15 @@ class Inputs:
     overlap_comm: bool = False
     zero3_max_live: float = 1e9  # stage3_max_live_parameters
     zero3_prefetch: float = 5e7  # stage3_prefetch_bucket_size
+    # FSDP2 (fsdp group): states sharded over fsdp_shard ranks (world, or one node's for shard_group=node);
+    # reshard_after_forward frees each layer's gathered weights after its forward; offload keeps the shards
+    # in host RAM. tied: the LM head is the embedding (one root tensor gathered, not two).
+    fsdp: bool = False
+    fsdp_shard: int = 1
+    fsdp_reshard: bool = True
+    fsdp_offload: bool = False
+    fsdp_ram_efficient_loading: bool = False
+    tied: bool = False
     calibration: tuple = ()  # (group, factor) pairs from preflight.calibration (calibration.py)
     # model.quantization: bytes per weight of the quantized linear layers (constants included; 0 = not
     # quantized), how many weights that covers, the dtype each layer is dequantized to while it runs,
@@ -161,6 +170,18 @@ def capacity_bytes(cfg: DictConfig, plan) -> float:
     return min(capacity, limit * GIB) if limit else capacity
 
 
+def host_capacity_bytes(cfg: DictConfig, plan) -> float | None:
+    """One node's RAM: topology.host_memory_gib, else this machine's where this machine trains (the topology
+    detects its GPUs, or the run is on CPU), else unknown (a cluster's nodes are not this machine)."""
+    if cfg.topology.host_memory_gib is not None:
+        return cfg.topology.host_memory_gib * GIB
+    if cfg.topology.gpus_per_node is None or plan.device == "cpu":
+        import psutil
+
+        return float(psutil.virtual_memory().total)
+    return None
+
+
 def inputs(cfg: DictConfig, plan) -> Inputs:
     m, t, v, ds = cfg.model, cfg.trainer, cfg.vllm, cfg.deepspeed
     zero = ds.get("zero_optimization", {}) if ds else {}
@@ -204,10 +225,23 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         overlap_comm=bool(zero.get("overlap_comm", False)),
         zero3_max_live=_elements(zero.get("stage3_max_live_parameters"), 1e9),
         zero3_prefetch=_elements(zero.get("stage3_prefetch_bucket_size"), 0.9 * m.hidden_size**2),
+        fsdp=bool(cfg.fsdp.enabled),
+        fsdp_shard=_shard_group(cfg, plan),
+        fsdp_reshard=bool(cfg.fsdp.reshard_after_forward),
+        fsdp_offload=bool(cfg.fsdp.enabled and cfg.fsdp.cpu_offload),
+        fsdp_ram_efficient_loading=bool(cfg.fsdp.enabled and cfg.fsdp.cpu_ram_efficient_loading),
+        tied=bool(m.tie_word_embeddings),
         calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
         **_quantization(cfg),
         **_vllm_engine(cfg, capacity),
     )
+
+
+def _shard_group(cfg: DictConfig, plan) -> int:
+    """The ranks FSDP2 shards over: every training rank, or one node's (shard_group=node: HSDP)."""
+    if cfg.fsdp.shard_group == "node":
+        return max(1, max(node.train_procs for node in plan.nodes))
+    return max(1, plan.world_size)
 
 
 def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:

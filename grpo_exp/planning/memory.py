@@ -70,6 +70,14 @@ def model_states(x: Inputs) -> dict[str, float]:
     trainable = x.lora_params or x.params
     tb = 4 if x.lora_params else wb  # bytes per trainable parameter (PEFT upcasts adapters)
     frozen = x.base_weight_bytes() / wb if x.lora_params else 0  # in model.dtype units, quantized layers at their bytes
+    if x.fsdp:  # FSDP2: every state a DTensor sharded over the shard group, AdamW's moments beside its shard
+        on_gpu = 0.0 if x.fsdp_offload else 1.0  # offloaded: in host RAM (host_memory.py), the step on CPU
+        shard = x.fsdp_shard
+        return {
+            "weights": on_gpu * (frozen * wb + trainable * tb) / shard,
+            "gradients": on_gpu * trainable * tb / shard,
+            "optimizer": on_gpu * 2 * trainable * tb / shard,
+        }
     if x.zero_stage == 0:
         return {
             "weights": frozen * wb + trainable * tb,
@@ -154,6 +162,28 @@ def _deepspeed_buffers(x: Inputs, wb: int) -> float:
     return 0.0
 
 
+def _fsdp_buffers(x: Inputs) -> float:
+    """What FSDP2 gathers on the fly: the root unit (embedding, LM head unless tied, final norm: fully_shard of the
+    whole model, not resharded between forward and backward), the running decoder layer and the one prefetched
+    (all of them from forward to backward with reshard_after_forward=false), at the compute dtype; and one
+    layer's unsharded gradients before their reduce-scatter."""
+    if not x.fsdp:
+        return 0.0
+    root = x.vocab * x.hidden * (1 if x.tied else 2)
+    layers = 2 if x.fsdp_reshard else x.layers
+    trainable_share = 1.0 if not x.lora_params else x.lora_params / x.params
+    return (root + layers * _layer_params(x)) * x.activation_bytes + trainable_share * _layer_params(x) * (
+        4 if x.lora_params else x.dtype_bytes
+    )
+
+
+def _fsdp_full_tensor(x: Inputs) -> float:
+    """TRL's DTensor `full_tensor()` calls under FSDP2: the LM head's weight for the chunked log-probs
+    (trl/trainer/utils.py), and, syncing to vLLM, one parameter at a time (vllm_generation.py), the largest
+    the embedding; merged LoRA weights move the same way, never the whole model (unlike ZeRO-3)."""
+    return x.vocab * x.hidden * x.dtype_bytes if x.fsdp else 0.0
+
+
 def train_phase_parts(x: Inputs) -> dict[str, float]:
     """The uncalibrated train-phase peak split into GROUPS, plus 'other' (a colocated
     vLLM engine's resident share), in bytes: what calibration fits factors against."""
@@ -176,7 +206,9 @@ def estimate_train(x: Inputs) -> RoleEstimate:
     wb = x.dtype_bytes
     seq = x.prompt + x.completion
     b = x.batch
-    c["reference_model"] = (x.params * wb / (x.world_size if x.zero_stage == 3 else 1)) if x.ref_model else 0.0
+    # ZeRO-3 partitions the reference model, FSDP2 shards it (trl prepare_deepspeed / prepare_fsdp)
+    ref_share = x.world_size if x.zero_stage == 3 else x.fsdp_shard if x.fsdp else 1
+    c["reference_model"] = x.params * wb / ref_share if x.ref_model else 0.0
     trainable_bytes = (x.lora_params * 4) if x.lora_params else x.params * wb
     c["zero1_full_gradients"] = trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0
     per_layer = _activations_per_layer(x, b * seq)
@@ -190,6 +222,8 @@ def estimate_train(x: Inputs) -> RoleEstimate:
     # backward (measured; not the embedding or the fused LM head); checkpointing: one layer's
     c["autocast_weights"] = 2 * _layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0
     c["deepspeed_buffers"] = _deepspeed_buffers(x, wb)
+    c["fsdp_buffers"] = _fsdp_buffers(x)
+    c["fsdp_full_tensor"] = _fsdp_full_tensor(x)
     # A quantized layer runs on a dequantized copy of its weight, one layer at a time (forward and backward).
     largest_linear = max(x.hidden * x.intermediate, x.hidden * x.q_dim)
     c["dequantized_weights"] = largest_linear * x.compute_bytes if x.quantized_params else 0.0
@@ -222,10 +256,20 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         for component in GROUPS.get(name, ()):  # the engine's factor is vllm_engine.py's
             c[component] *= factor
     persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"]
+    # FSDP2 without vLLM generates through the sharded model (its layers gathered as they run); with vLLM the
+    # weight sync gathers one parameter at a time
+    fsdp_generate = c["fsdp_buffers"] if x.vllm_mode == "off" else c["fsdp_full_tensor"]
+    fsdp_scoring = c["fsdp_buffers"] + c["fsdp_full_tensor"]
     phases = {
-        "generate": persistent + vllm_awake + c["kv_cache"] + c["zero3_gather"] + c["dequantized_weights"],
-        "score": persistent + vllm_resident + scoring_logits + c["dequantized_weights"],
+        "generate": persistent
+        + vllm_awake
+        + c["kv_cache"]
+        + c["zero3_gather"]
+        + c["dequantized_weights"]
+        + fsdp_generate,
+        "score": persistent + vllm_resident + scoring_logits + c["dequantized_weights"] + fsdp_scoring,
         "train": persistent
+        + fsdp_scoring
         + vllm_resident
         + c["activations"]
         + c["autocast_weights"]
@@ -237,10 +281,10 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         "optimizer": persistent
         + vllm_resident
         + c["gradients"]
-        + (x.allgather_bucket * wb if x.zero_stage in (1, 2) else 0.0),
+        + (min(x.allgather_bucket, x.lora_params or x.params) * wb if x.zero_stage in (1, 2) else 0.0),
     }
     if x.vllm_mode == "server":  # before each generation, after the optimizer step: what the sync holds on rank 0
-        phases["weight_sync"] = persistent + c["zero3_gather"] + c["weight_sync_buffers"]
+        phases["weight_sync"] = persistent + c["zero3_gather"] + c["fsdp_full_tensor"] + c["weight_sync_buffers"]
     torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
     phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
     c["allocator_reserve"] = FRAGMENTATION * max(torch_part.values())

@@ -4,6 +4,7 @@ and the memory plan (planner.preflight) of one run, as the driver made them befo
     world_size, device, gpus_per_node, nodes[]        the launch plan
     vllm                                              the placement's vllm block with the engine's memory plan
     fits, train, errors, suggestions, notes, ...      the memory plan
+    host                                              host RAM per kind of node (host_memory.py)
     vllm_engine                                       one vLLM engine GPU, as vllm_engine.py lays it out
 
 Readers: the worker (the plan beside what it measured: summary_keys), calibration (the GPUs it planned for).
@@ -35,6 +36,11 @@ def summary_keys(memory: dict) -> dict:
             out[metrics.plan_peak(role)] = r["peak_gib"]
             out.update({metrics.plan_component(role, k): v for k, v in r["components_gib"].items()})
             out.update({metrics.plan_phase(role, k): v for k, v in r["phases_gib"].items()})
+    hosts = memory.get("host") or []
+    if hosts:  # the node with the most host RAM planned: plan/host/peak_gib, .../<component>_gib
+        node = max(hosts, key=lambda h: h["peak_gib"])
+        out[metrics.plan_peak("host")] = node["peak_gib"]
+        out.update({metrics.plan_component("host", k): v for k, v in node["components_gib"].items()})
     engine = memory.get("vllm_engine")
     if engine:
         out.update({metrics.plan_engine(f"{k}_gib"): v for k, v in engine["components_gib"].items()})

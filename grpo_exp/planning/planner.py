@@ -3,6 +3,7 @@ no torch import.
 
     inputs.py   the numbers read from the config and the launch plan, once
     memory.py   the arithmetic (pure: estimate(inputs) -> per phase, per component)
+    host_memory.py  host RAM per node (offloaded states, sleeping vLLM weights, checkpoint loading, processes)
     fixes.py    what would fit when it does not (ranked), and preflight.on_oom=fit's change
     report.py   the breakdown as terminal tables
 """
@@ -13,10 +14,10 @@ from omegaconf import DictConfig
 
 from grpo_exp import GIB
 from grpo_exp.config import env
-from grpo_exp.planning import vllm_engine
+from grpo_exp.planning import host_memory, vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
-from grpo_exp.planning.inputs import Inputs, inputs
+from grpo_exp.planning.inputs import Inputs, host_capacity_bytes, inputs
 from grpo_exp.planning.memory import estimate
 
 
@@ -35,21 +36,47 @@ def preflight(cfg: DictConfig, plan) -> dict:
     """The memory part of plan.json."""
     x = inputs(cfg, plan)
     e = estimate(x)
+    nodes = [(n.train_procs, len(n.vllm_gpus)) for n in plan.nodes]
+    hosts = host_memory.estimate(x, e.train, nodes, host_capacity_bytes(cfg, plan))
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
+    errors += [line for node in _distinct(hosts) for line in _host_errors(x, node)]
     notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
     notes += list(cfg.model.get("planner_notes") or [])  # what this architecture has that the formulas do not model
     notes += _setting_notes(cfg, x) + _episode_notes(cfg, x) + _costly_switch_notes(x, e.fits)
+    if cfg.topology.host_memory_gib is None and hosts and hosts[0].capacity is None:
+        notes.append(
+            "topology.host_memory_gib is null: host RAM per node is planned, not checked (set it to the nodes' RAM)"
+        )
     return {
-        "fits": e.fits,
+        "fits": e.fits and all(node.fits for node in hosts),
         "device": plan.device,
         "train": e.train.to_dict(),
         "vllm": e.vllm.to_dict() if e.vllm else None,
+        "host": [{**node.to_dict(), "nodes": same} for node, same in _distinct(hosts, with_nodes=True)],
         "errors": errors + [n for n in e.train.notes],
         "suggestions": suggest(x),
         "notes": notes,
         "env": episode(cfg, plan.world_size),
         "vllm_engine": engine(x),
     }
+
+
+def _distinct(hosts: list, with_nodes: bool = False) -> list:
+    """Nodes whose host plans are alike, once (a 64-node plan has two or three kinds): the first of each kind,
+    with the indices of every node like it when `with_nodes`."""
+    kinds: dict = {}
+    for node in hosts:
+        key = (node.ranks, tuple(sorted(node.components.items())))
+        kinds.setdefault(key, (node, []))[1].append(node.node)
+    return list(kinds.values()) if with_nodes else [node for node, _ in kinds.values()]
+
+
+def _host_errors(x: Inputs, node) -> list[str]:
+    if node.fits:
+        return []
+    need = f"host RAM of node {node.node}: needs {node.peak / GIB:.1f} GiB of {node.capacity / GIB:.1f} GiB"
+    parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in node.components.items() if v)
+    return [f"{need} ({parts} GiB; the kernel's OOM killer ends a rank with SIGKILL)"] + host_memory.fixes(x, node)
 
 
 def engine(x: Inputs) -> dict | None:
@@ -80,10 +107,10 @@ def _costly_switch_notes(x: Inputs, fits: bool) -> list[str]:
         notes.append(
             "fits without vllm.enable_sleep_mode too: sleep mode reloads the engine's weights and KV cache every step"
         )
-    if (x.offload_optimizer or x.offload_params) and estimate(
-        replace(x, offload_optimizer=False, offload_params=False)
+    if (x.offload_optimizer or x.offload_params or x.fsdp_offload) and estimate(
+        replace(x, offload_optimizer=False, offload_params=False, fsdp_offload=False)
     ).fits:
-        notes.append("fits without DeepSpeed offload too: offloading moves optimizer states or weights every step")
+        notes.append("fits without CPU offload too: offloading moves optimizer states or weights every step")
     return notes
 
 

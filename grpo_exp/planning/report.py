@@ -1,5 +1,5 @@
 """The memory plan as terminal tables (rich): per role its peak against capacity, the components and
-phases, the notes and the ranked fixes."""
+phases, host RAM per node, the notes and the ranked fixes."""
 
 
 def print_plan(memory: dict) -> None:
@@ -27,6 +27,12 @@ def print_plan(memory: dict) -> None:
         console.print(table)
         for note in r["notes"]:
             console.print(f"  {note}")
+    for host in memory.get("host") or []:
+        capacity = f" of {host['capacity_gib']:.1f} GiB" if host["capacity_gib"] is not None else " (RAM not given)"
+        verdict = "" if host["capacity_gib"] is None else " - [green]fits[/]" if host["fits"] else " - [red]OOM[/]"
+        nodes = ",".join(map(str, host["nodes"][:8])) + (" ..." if len(host["nodes"]) > 8 else "")
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in host["components_gib"].items() if v)
+        console.print(f"host: RAM of node {nodes} {host['peak_gib']:.1f} GiB{capacity}{verdict} ({parts})")
     for line in memory["errors"] + memory["notes"]:
         console.print(f"  note: {line}")
     if memory["suggestions"]:

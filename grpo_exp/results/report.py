@@ -46,6 +46,9 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
             _error(summary.get(metrics.peak("train", stat)), summary.get(metrics.plan_peak("train"))),
         )
     )
+    node_rss, host_plan = summary.get(metrics.peak("train", metrics.NODE_RSS)), summary.get(metrics.plan_peak("host"))
+    if node_rss is not None or host_plan is not None:  # the fullest node's RAM: its ranks added up
+        rows.append(("host", "node RAM", _gib(node_rss), _gib(host_plan), _error(node_rss, host_plan)))
     vllm = summary.get(metrics.peak(VLLM, "device_used_max"))
     if vllm is not None or summary.get(metrics.plan_peak(VLLM)) is not None:
         rows.append(
@@ -84,6 +87,7 @@ def headline(summary: dict) -> list[str]:
         lines.append(
             f"OOM in phase {oom.get('phase')} on rank {oom.get('rank')} ({oom.get('kind')})"
             + (f": {requested / GIB:.2f} GiB requested" if requested else "")
+            + (f": killed by the kernel's OOM killer on node {oom.get('node')}" if oom.get("killed_by") else "")
         )
     elif summary.get("error") and summary.get("status") != "completed":
         lines.append(str(summary["error"]).splitlines()[0][:180])

@@ -5,7 +5,8 @@ own through super() inside a phases.PhaseMemory phase; its `log()` gathers every
 logging step and adds `memory/<phase>/<stat>_gib` before TRL's callbacks (metrics.jsonl, W&B) see the
 logs. The optimizer step is bracketed by a callback (under DeepSpeed it runs inside backward: `train`);
 weight sync to vLLM by a thin wrapper around TRL's VLLMGeneration. A trl upgrade that renames one of
-these methods is found by missing_hooks() before any run (a test asks the installed trl).
+these methods is found by missing_hooks() before any run (a test asks the installed trl). FSDP2 on CPU ranks
+needs accelerate's device gate opened (create_accelerator_and_postprocess says why).
 
 An agentic run's episode: TRL's tool loop (tool calls and the bookkeeping between rounds) is the `tools`
 phase, each generation round inside it `generate`; environment resets are `tools` too (each instance's
@@ -23,7 +24,7 @@ from trl import GRPOTrainer
 
 from grpo_exp.core import metrics
 from grpo_exp.training.episodes import dropped_results, measured_resets
-from grpo_exp.training.phases import PhaseMemory, aggregate, gather, run_peaks
+from grpo_exp.training.phases import PhaseMemory, aggregate, gather, run_peaks, this_node
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,22 @@ class MeasuredGRPOTrainer(GRPOTrainer):
         self.add_callback(_OptimizerPhase(phases))
         if getattr(self, "vllm_generation", None) is not None:
             self.vllm_generation = _MeasuredWeightSync(self.vllm_generation, phases)
+
+    def create_accelerator_and_postprocess(self):
+        """FSDP2 on CPU ranks. accelerate turns a run into DistributedType.FSDP only for accelerator devices
+        (AcceleratorState: MULTI_GPU, MULTI_XPU, ...); on CPU ranks it is MULTI_CPU, and the fsdp_plugin
+        transformers built from GRPOConfig.fsdp_config is silently dropped: the run trains as DDP. torch's
+        fully_shard runs on CPU over gloo, so the same plugin is switched on here, in both of accelerate's
+        shared states (prepare() reads one, gathers the other). On GPUs nothing changes."""
+        super().create_accelerator_and_postprocess()
+        from accelerate.state import PartialState
+        from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+        state = self.accelerator.state
+        if state.distributed_type == DistributedType.MULTI_CPU and self.args.fsdp_plugin_args:
+            state.fsdp_plugin = FullyShardedDataParallelPlugin(**self.args.fsdp_plugin_args)
+            state.distributed_type = PartialState().distributed_type = DistributedType.FSDP
+            self.is_fsdp_enabled = True
 
     def _phase(self, name: str):
         return self.phases.phase(name) if self.phases is not None else nullcontext()
@@ -118,7 +135,7 @@ class MeasuredGRPOTrainer(GRPOTrainer):
         # is safe; callbacks (metrics.jsonl, W&B) then see memory/* with the rest.
         if self.phases is not None:
             started = time.perf_counter()
-            memory = aggregate(gather(self.phases.take_window()))
+            memory = aggregate(*gather(self.phases.take_window(), this_node()))
             logs.update(memory)
             run_peaks(memory, self.run_peaks)
             self.phases.overhead_s += time.perf_counter() - started

@@ -4,7 +4,8 @@
 current segment (read the probe's peaks, charge them to the phase on top, reset). Nested phases (generate
 inside train_step) therefore never hide each other's spikes. At each logging step every rank's window is
 gathered (one all_gather of a fixed-layout tensor) and becomes `memory/<phase>/<stat>_gib`, the maximum
-over ranks, with its mean, min and argmax rank (core/metrics.py names them).
+over ranks, with its mean, min and argmax rank (core/metrics.py names them), and the fullest node's host RAM
+(its ranks' RSS added up: what the kernel's OOM killer sees).
 
 GiB = 2**30 bytes.
 """
@@ -15,16 +16,17 @@ from contextlib import contextmanager
 
 from grpo_exp import GIB, PHASES
 from grpo_exp.core import metrics
-from grpo_exp.core.metrics import BYTE_STATS, COUNT_STATS, VLLM
+from grpo_exp.core.metrics import BYTE_STATS, COUNT_STATS, NODE_RSS, VLLM
 from grpo_exp.training.probes import MemoryProbe, VllmServerProbe
 
 
 class PhaseMemory:
     """Per-phase peaks of this process for the current logging window, and the whole run's."""
 
-    def __init__(self, probe: MemoryProbe, vllm_probe: VllmServerProbe | None = None):
+    def __init__(self, probe: MemoryProbe, vllm_probe: VllmServerProbe | None = None, phase_file=None):
         self.probe = probe
         self.vllm_probe = vllm_probe
+        self.phase_file = phase_file  # a Path kept holding the phase last entered, or None
         self.stack: list[str] = []
         self.window: dict[str, dict[str, float]] = defaultdict(dict)
         self.failed_phase: str | None = None
@@ -47,6 +49,8 @@ class PhaseMemory:
     def enter(self, name: str) -> None:
         self._close_segment()
         self.stack.append(name)
+        if self.phase_file is not None:  # what a rank the OOM killer takes was doing (launching/oom_killer.py)
+            self.phase_file.write_text(name)
 
     def exit(self, name: str) -> None:
         self._close_segment()
@@ -78,9 +82,17 @@ def _merge_max(into: dict, stats: dict) -> None:
         into[key] = max(into.get(key, value), value)
 
 
-def aggregate(per_rank: list[dict[str, dict[str, float]]]) -> dict[str, float]:
-    """Rank windows -> flat metrics: max over ranks under the plain name, plus mean/min/argmax."""
+def aggregate(per_rank: list[dict[str, dict[str, float]]], nodes: list[int] | None = None) -> dict[str, float]:
+    """Rank windows -> flat metrics: max over ranks under the plain name, plus mean/min/argmax; with `nodes`
+    (each rank's node), the fullest node's host RAM: its ranks' RSS peaks added up (they peak within one
+    phase of one step, which the collectives keep in step), memory/<phase>/node_rss_max_gib."""
     out: dict[str, float] = {}
+    for phase in sorted({p for window in per_rank for p in window} - {VLLM}) if nodes else ():
+        per_node: dict[int, float] = defaultdict(float)
+        for node, window in zip(nodes, per_rank, strict=True):
+            per_node[node] += window.get(phase, {}).get("host_rss_max", 0.0)
+        if any(per_node.values()):
+            out[metrics.memory(phase, NODE_RSS)] = max(per_node.values()) / GIB
     phases = sorted({p for window in per_rank for p in window})
     for phase in phases:
         for stat in BYTE_STATS:
@@ -116,26 +128,36 @@ def run_peaks(step: dict[str, float], peaks: dict[str, float]) -> dict[str, floa
 _SLOTS = [(phase, stat) for phase in (*PHASES, VLLM) for stat in (*BYTE_STATS, *COUNT_STATS)]
 
 
-def gather(window: dict) -> list[dict]:
-    """Every rank's window, on every rank (a collective: all ranks must call it). One fixed-layout
-    float64 tensor per rank (NaN = not measured): a single all_gather, no pickling."""
+def this_node() -> int:
+    """This process's node: torchrun's GROUP_RANK (the node rank of its agent), 0 outside torchrun."""
+    import os
+
+    return int(os.environ.get("GROUP_RANK", 0))
+
+
+def gather(window: dict, node: int = 0) -> tuple[list[dict], list[int]]:
+    """Every rank's window and node, on every rank (a collective: all ranks must call it). One fixed-layout
+    float64 tensor per rank (the node, then NaN = not measured): a single all_gather, no pickling."""
     import torch
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [window]
+        return [window], [node]
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-    mine = torch.tensor([window.get(p, {}).get(s, float("nan")) for p, s in _SLOTS], dtype=torch.float64, device=device)
+    slots = [window.get(p, {}).get(s, float("nan")) for p, s in _SLOTS]
+    mine = torch.tensor([float(node), *slots], dtype=torch.float64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, mine)
-    windows = []
+    windows, nodes = [], []
     for values in everyone:
+        node_of_rank, *rest = values.tolist()
         rank_window: dict = defaultdict(dict)
-        for (phase, stat), value in zip(_SLOTS, values.tolist(), strict=True):
+        for (phase, stat), value in zip(_SLOTS, rest, strict=True):
             if value == value:  # not NaN
                 rank_window[phase][stat] = value
         windows.append(dict(rank_window))
-    return windows
+        nodes.append(int(node_of_rank))
+    return windows, nodes
 
 
 def throughput(phases: PhaseMemory, final_logs: dict) -> dict[str, float]:

@@ -145,7 +145,8 @@ class ModelStateMeter:
     """Real bytes of parameters, gradients and optimizer state on this rank, read right after each
     optimizer step (a global torch optimizer post-hook, so it also sees the torch Adam that
     DeepSpeed runs on its fp32 partitions, while their gradients still exist). Storages are
-    counted once, so views into DeepSpeed's flat buffers are not double counted."""
+    counted once, so views into DeepSpeed's flat buffers are not double counted; FSDP2's DTensors count
+    their local shard."""
 
     STEPS = 3  # the states reach their size at the first step; a few steps are enough
 
@@ -175,6 +176,8 @@ class ModelStateMeter:
         def nbytes(tensor) -> int:
             if tensor is None:
                 return 0
+            if hasattr(tensor, "to_local"):  # an FSDP2 DTensor: this rank's shard
+                tensor = tensor.to_local()
             storage = tensor.untyped_storage()
             if storage.nbytes() == 0 or storage.data_ptr() in seen:
                 return 0

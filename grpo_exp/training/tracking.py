@@ -49,7 +49,7 @@ def run_tags(cfg: DictConfig) -> list[str]:
         f"topology:{cfg.topology.name}",
         f"deepspeed:{'zero' + str(ds) if ds is not None else 'none'}",
         f"vllm:{cfg.vllm.mode}",
-    ]
+    ] + ([f"fsdp:{cfg.fsdp.name}"] if cfg.fsdp.enabled else [])
     return derived + list(cfg.logger.tags)
 
 

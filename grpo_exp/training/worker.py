@@ -128,6 +128,7 @@ def _run_facts(trainer) -> dict:
         if getattr(trainer.model, "is_loaded_in_8bit", False)
         else None,
         "parameters": sum(_numel(p) for p in params),
+        "fsdp": any(hasattr(p, "to_local") for p in params),  # FSDP2 holds DTensor parameters
     }
 
 
@@ -136,8 +137,12 @@ def _numel(param) -> int:
 
 
 def progress_line(step: int, max_steps: int, logs: dict) -> str:
-    """One short console line per logging step: step, loss, reward, the largest memory peak."""
-    peaks = {k: v for k, v in logs.items() if metrics.MEMORY.fullmatch(k) and isinstance(v, (int, float))}
+    """One short console line per logging step: step, loss, reward, the largest memory peak of one process."""
+    peaks = {
+        k: v
+        for k, v in logs.items()
+        if metrics.MEMORY.fullmatch(k) and isinstance(v, (int, float)) and not k.endswith(f"/{metrics.NODE_RSS}_gib")
+    }
     top = max(peaks, key=peaks.get, default=None)
     peak = f"  peak {peaks[top]:.2f} GiB ({' '.join(metrics.MEMORY.fullmatch(top).groups())})" if top else ""
     loss, reward = logs.get("loss"), logs.get("reward")
@@ -238,7 +243,7 @@ def main(config_path: str) -> int:
 def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
     """Everything before the process group: the model files, the memory cap, where a resumed run
     continues, the tracker, the stall watchdog and the probes."""
-    from grpo_exp.launching import consistency
+    from grpo_exp.launching import consistency, oom_killer
     from grpo_exp.training import build, phases, probes, tracking
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
@@ -261,7 +266,12 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
     state.watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     state.callback = make_callback(run_dir, rank, state.watchdog)
     vllm_probe = probes.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
-    state.phases = phases.PhaseMemory(probes.MemoryProbe(), vllm_probe) if cfg.memory.telemetry else None
+    if cfg.memory.telemetry:
+        phase_file = oom_killer.phase_path(run_dir, rank)
+        phase_file.parent.mkdir(parents=True, exist_ok=True)
+        state.phases = phases.PhaseMemory(probes.MemoryProbe(), vllm_probe, phase_file=phase_file)
+    else:
+        state.phases = None
     return state
 
 

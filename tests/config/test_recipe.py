@@ -567,3 +567,64 @@ def test_recipes_of_every_trl_release_import_and_plan(importer, form):
     assert cfg.vllm.mode == mode
     if world is not None:
         assert (plan.world_size, cfg.topology.gpus_per_node) == (world, gpus_per_node)
+
+
+# --- accelerate's FSDP configs (TRL ships fsdp1.yaml and fsdp2.yaml) -----------------------------------------
+
+
+def _trl_accelerate_config(name: str) -> dict:
+    import importlib.util
+
+    folder = Path(importlib.util.find_spec("trl").origin).parent / "accelerate_configs"
+    return yaml.safe_load((folder / f"{name}.yaml").read_text())
+
+
+@pytest.mark.parametrize("preset", ["fsdp2", "fsdp1"])
+def test_trls_fsdp_presets_import_into_the_fsdp_group_and_plan(importer, preset):
+    """TRL's own presets, byte for byte: FSDP2 as it is; FSDP1 (FULL_SHARD) as FSDP2 with the same sharding, said
+    in a note; FSDP1-only settings ignored by name; DeepSpeed off."""
+    code, name = importer(BASE, _trl_accelerate_config(preset))
+    assert code == 0
+    text = (CONF / "experiment" / f"{name}.yaml").read_text()
+    assert "override /fsdp: full_shard" in text and "override /deepspeed: none" in text
+    assert ("imported as FSDP2" in text) == (preset == "fsdp1")
+    assert ("fsdp_backward_prefetch" in text) == (preset == "fsdp1")
+    cfg, plan = placed(name)
+    assert cfg.fsdp.enabled and cfg.fsdp.cpu_ram_efficient_loading and not cfg.deepspeed and plan.world_size == 8
+
+
+@pytest.mark.slow  # nine imports and plans: the presets above keep the fsdp import in make test-fast
+@pytest.mark.parametrize(
+    ("settings", "option", "reshard"),
+    [
+        ({"fsdp_version": 2, "fsdp_offload_params": True}, "full_shard_offload", True),
+        ({"fsdp_version": 2, "fsdp_reshard_after_forward": False}, "full_shard", False),
+        ({"fsdp_sharding_strategy": "HYBRID_SHARD"}, "hybrid_shard", True),
+        ({"fsdp_sharding_strategy": 2}, "full_shard", False),  # accelerate's number for SHARD_GRAD_OP
+        ({"fsdp_sharding_strategy": "NO_SHARD"}, "none", True),  # data parallel
+    ],
+)
+def test_accelerate_fsdp_settings_map_to_the_options_that_shard_alike(importer, settings, option, reshard):
+    accelerate = {"distributed_type": "FSDP", "num_machines": 1, "num_processes": 8, "fsdp_config": settings}
+    code, name = importer(BASE, accelerate)
+    assert code == 0
+    cfg, _ = placed(name)
+    assert (cfg.fsdp.name, cfg.fsdp.get("reshard_after_forward", True)) == (option, reshard)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fields", "option"),
+    [
+        ({"fsdp": "full_shard auto_wrap"}, "full_shard"),
+        ({"fsdp": "full_shard offload auto_wrap"}, "full_shard_offload"),
+        ({"fsdp": True, "fsdp_config": {"fsdp_version": 2, "cpu_offload": True}}, "full_shard_offload"),
+        ({"fsdp": ["hybrid_shard"]}, "hybrid_shard"),
+    ],
+)
+def test_a_recipes_own_fsdp_fields_become_the_fsdp_group(importer, fields, option):
+    """TrainingArguments' fsdp / fsdp_config inside the recipe, as transformers 5 reads them (FSDP2 by default)."""
+    code, name = importer({**BASE, **fields}, ZERO2_3PROC | {"distributed_type": "MULTI_GPU", "deepspeed_config": {}})
+    assert code == 0
+    cfg, _ = placed(name)
+    assert cfg.fsdp.name == option and not cfg.deepspeed

@@ -13,11 +13,23 @@ from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConf
 from grpo_exp.training import build
 from tests.helpers import CONF, compose_cfg, group_options
 
-GROUPS = ["model", "data", "trainer", "vllm", "deepspeed", "peft", "topology", "logger", "launcher", "experiment"]
+GROUPS = [
+    "model",
+    "data",
+    "trainer",
+    "vllm",
+    "deepspeed",
+    "fsdp",
+    "peft",
+    "topology",
+    "logger",
+    "launcher",
+    "experiment",
+]
 CASES = [(g, o) for g in GROUPS for o in group_options(g)]
 # Model options differ only in architecture numbers (test_model_numbers_match_transformers_parameter_count
-# checks each): the fast lane builds three, `make test` all.
-FAST_MODELS = {"tiny", "auto", "qwen7b"}
+# checks each): the fast lane builds two, `make test` all (model=auto reads a saved model's config.json: ~6 s).
+FAST_MODELS = {"tiny", "qwen7b"}
 MATRIX = [
     pytest.param(g, o, id=f"{g}={o}", marks=[pytest.mark.slow] if g == "model" and o not in FAST_MODELS else [])
     for g, o in CASES
@@ -31,6 +43,7 @@ def test_every_group_has_options():
         "trainer": 1,
         "vllm": 3,
         "deepspeed": 6,
+        "fsdp": 4,
         "peft": 3,
         "topology": 8,
         "logger": 2,
@@ -62,6 +75,9 @@ def test_option_composes_and_builds(group, option, tmp_path, request):
     if cfg.vllm.mode != "off":
         assert args.vllm_mode == cfg.vllm.mode
         assert args.vllm_gpu_memory_utilization == cfg.vllm.gpu_memory_utilization
+    if group == "fsdp":  # transformers turned the group into accelerate's FSDP2 plugin arguments
+        assert (args.fsdp_plugin_args or {}).get("fsdp_version") == (2 if option != "none" else None)
+        assert (args.fsdp_plugin_args or {}).get("cpu_offload", False) == (option == "full_shard_offload")
     ds = build.deepspeed_dict(cfg)
     if option.startswith("zero"):
         assert ds["zero_optimization"]["stage"] == int(option[4])

@@ -60,9 +60,9 @@ def test_calibration_fits_the_engines_overhead_from_what_vllm_logged(tmp_path):
     assert sample["logged"] == pytest.approx(engine.budget / GIB - 14.29 - 26.32)
     planned_overhead = sum(engine.components[k] for k in calibration.ENGINE_GROUP) / GIB
     assert sample["planned"] == pytest.approx(planned_overhead)
-    factor = calibration.fit_engine([sample])
+    factor = calibration.fit_ratio([sample])
     assert factor == pytest.approx(sample["logged"] / sample["planned"])
-    assert calibrate.engine_sample({}, x) is None and calibration.fit_engine([]) is None
+    assert calibrate.engine_sample({}, x) is None and calibration.fit_ratio([]) is None
 
     calibrated = vllm_engine.estimate(dataclasses.replace(x, calibration=((calibration.ENGINE, factor),)), server=True)
     overhead = sum(calibrated.components[k] for k in calibration.ENGINE_GROUP) / GIB

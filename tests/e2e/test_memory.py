@@ -1,11 +1,18 @@
 """Memory telemetry through real 2-rank GRPO runs: per-phase host peaks over ranks in metrics.jsonl,
 summary.json and the offline W&B run; a forced OOM becomes a recorded result."""
 
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
 import psutil
 import pytest
 
 from grpo_exp.core import outcome, rundir
 from grpo_exp.results import wandb_file
+from tests.helpers import driver_env
 
 pytestmark = pytest.mark.e2e
 STATS = ("", "_mean", "_min", "_argmax_rank")
@@ -34,6 +41,10 @@ def test_two_rank_run_logs_per_phase_peaks_everywhere(two_rank_run):
     assert [row["train/memory/train/host_rss_max_gib"] for row in logged] == [
         m["memory/train/host_rss_max_gib"] for m in metrics
     ]
+    for step in metrics:  # the node's RAM: both ranks' RSS added up, in every phase
+        for phase in ("generate", "reward", "score", "train", "optimizer"):
+            rank_peak = step[f"memory/{phase}/host_rss_max_gib"]
+            assert rank_peak < step[f"memory/{phase}/node_rss_max_gib"] <= 2 * rank_peak
     assert "model:tiny" in wandb_run.tags and wandb_run.group == "default"
     assert wandb_run.config["trainer"]["beta"] == 0.04 and "trainer.beta=0.04" in wandb_run.config["overrides"]
 
@@ -148,3 +159,72 @@ def test_calibrate_fits_factors_from_cpu_runs_and_the_planner_uses_them(cli, tmp
     assert peak(used_dir) != pytest.approx(peak(plain_dir), rel=1e-3)
     bad, _ = cli("action=plan", f"preflight.calibration={tmp_path / 'missing.json'}", run_dir=tmp_path / "bad")
     assert bad.returncode == 2 and "preflight.calibration" in bad.stderr
+
+
+def _memory_cgroup(limit_bytes: int) -> Path | None:
+    """A memory cgroup capped at `limit_bytes`, swap included (cgroup v1 or v2), or None where this machine lets
+    none be made (not root, a read-only cgroupfs): the kernel's OOM killer acts on it as on a full node."""
+    name = f"grpo_exp_test_{uuid.uuid4().hex[:8]}"
+    v1 = Path("/sys/fs/cgroup/memory")
+    try:
+        if v1.is_dir():
+            group = v1 / name
+            group.mkdir()
+            (group / "memory.limit_in_bytes").write_text(str(limit_bytes))
+            if (group / "memory.memsw.limit_in_bytes").exists():
+                (group / "memory.memsw.limit_in_bytes").write_text(str(limit_bytes))
+            return group
+        root = Path("/sys/fs/cgroup")
+        if "memory" in (root / "cgroup.controllers").read_text().split():
+            group = root / name
+            group.mkdir()
+            (group / "memory.max").write_text(str(limit_bytes))
+            (group / "memory.swap.max").write_text("0")
+            return group
+    except OSError:
+        return None
+    return None
+
+
+def test_a_rank_the_kernels_oom_killer_takes_is_a_host_oom_with_its_node_and_phase(model_cache, tmp_path):
+    """The run in a 2.5 GiB memory cgroup (a node's RAM, in small); rank 1 writes 3 GiB in its reward function.
+    The kernel SIGKILLs it: no Python error, yet the run ends oom (exit 4) naming the OOM killer, the node,
+    the rank and its phase."""
+    group = _memory_cgroup(2500 * 2**20)
+    if group is None:
+        pytest.skip("no memory cgroup can be made here (needs root and a writable /sys/fs/cgroup)")
+    run_dir = tmp_path / "run"
+    args = [
+        "logger=none",
+        "+data.rewards.hog._target_=tests.memory_hog.memory_hog",
+        "+data.rewards.hog.gib=3",
+        "+data.rewards.hog.only_rank=1",
+        "+data.rewards.hog.touch=true",  # resident: what the OOM killer counts
+        f"hydra.run.dir={run_dir}",
+    ]
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "grpo_exp", *args],
+            cwd=tmp_path,
+            env=driver_env(model_cache),
+            capture_output=True,
+            text=True,
+            timeout=300,
+            preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())),
+        )
+    finally:
+        for _ in range(50):  # the cgroup goes once its last process has
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                import time
+
+                time.sleep(0.2)
+    assert result.returncode == outcome.EXIT_OOM, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = rundir.read_summary(run_dir)
+    oom = summary["oom"]
+    assert summary["status"] == "oom" and (oom["kind"], oom["killed_by"]) == ("host", "oom_killer")
+    assert (oom["node"], oom["rank"], oom["phase"]) == (0, 1, "reward") and oom["oom_kills"] >= 1
+    assert "killed by the kernel's OOM killer" in summary["error"]
+    assert "killed by the kernel's OOM killer on node 0" in result.stdout

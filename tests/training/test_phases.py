@@ -68,3 +68,20 @@ def test_vllm_server_memory_is_its_own_role():
         "memory/peak/vllm/device_used_max_gib": 70.0,
         "memory/peak/train/device_used_max_gib": 50.0,
     }
+
+
+def test_a_nodes_host_ram_is_its_ranks_rss_added_up():
+    """node_rss_max: per phase, the fullest node's ranks' RSS peaks summed (the kernel's OOM killer sees the
+    node, not a rank); none for the vLLM pseudo-phase."""
+    g = GIB
+    windows = [
+        {"train": {"host_rss_max": 1 * g}, "vllm": {"device_used_max": 5 * g}},
+        {"train": {"host_rss_max": 2 * g}},
+        {"train": {"host_rss_max": 4 * g}},
+    ]
+    out = phases.aggregate(windows, nodes=[0, 0, 1])
+    assert out["memory/train/node_rss_max_gib"] == 4.0  # node 1's one rank beats node 0's 1 + 2
+    assert phases.aggregate(windows, nodes=[0, 0, 0])["memory/train/node_rss_max_gib"] == 7.0
+    assert "memory/vllm/node_rss_max_gib" not in out and "memory/train/node_rss_max_gib" not in phases.aggregate(
+        windows
+    )

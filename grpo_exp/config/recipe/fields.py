@@ -239,6 +239,8 @@ LATER = {
     "load_in_8bit",
     "bnb_4bit_quant_type",
     "use_bnb_nested_quant",
+    "fsdp",
+    "fsdp_config",
 }
 
 
@@ -249,6 +251,32 @@ def resolve_later(exp: Experiment, trainers: int | None) -> None:
         _vllm_dtype(exp, exp.later["vllm_dtype"])
     _evaluation(exp, exp.later.get("dataset_test_split"))
     _quantization(exp, {k: v for k, v in exp.later.items() if k in QUANTIZATION_FIELDS})
+    if exp.later.get("fsdp") not in (None, False, "", []):
+        _trainer_fsdp(exp, exp.later["fsdp"], exp.later.get("fsdp_config"))
+    elif exp.later.get("fsdp_config"):
+        exp.ignore("fsdp_config", exp.later["fsdp_config"], "fsdp is off: transformers reads fsdp_config only with it")
+
+
+def _trainer_fsdp(exp: Experiment, fsdp, config) -> None:
+    """TrainingArguments' `fsdp` ("full_shard auto_wrap", "shard_grad_op offload", a list, or true) and
+    `fsdp_config` (FSDP2 unless it says version 1, as transformers 5 reads them) as accelerate's plugin settings,
+    which launch.accelerate_fsdp turns into the fsdp group."""
+    from grpo_exp.config.recipe.launch import accelerate_fsdp
+
+    if config is not None and not isinstance(config, dict):
+        exp.lack("fsdp_config", f"{config!r}: a mapping (a path to a JSON file is not read by the importer)")
+        return
+    settings = {k.removeprefix("fsdp_"): v for k, v in (config or {}).items()}
+    if "cpu_offload" in settings:  # transformers' name for accelerate's offload_params
+        settings["offload_params"] = settings.pop("cpu_offload")
+    settings.setdefault("version", 2)
+    items = fsdp.split() if isinstance(fsdp, str) else list(fsdp) if isinstance(fsdp, list) else []
+    for item in map(str, items):
+        if item == "offload":
+            settings["offload_params"] = True
+        elif item != "auto_wrap":
+            settings["sharding_strategy"] = item.upper()
+    accelerate_fsdp(exp, settings)
 
 
 def _vllm_device(exp: Experiment, device, trainers: int | None) -> None:

@@ -1,5 +1,6 @@
 """How the recipe was launched: accelerate's config (or the launch command's --num_processes /
---num_machines) becomes the topology, its DeepSpeed plugin or a DeepSpeed JSON the deepspeed group."""
+--num_machines) becomes the topology, its DeepSpeed plugin or a DeepSpeed JSON the deepspeed group, its
+FSDP plugin the fsdp group."""
 
 from pathlib import Path
 
@@ -91,9 +92,8 @@ def accelerate_config(exp: Experiment, acc: dict, num_processes=None, num_machin
     if kind == "DEEPSPEED":
         accelerate_deepspeed(exp, acc.get("deepspeed_config") or {})
     elif kind == "FSDP":
-        exp.lack(
-            "accelerate distributed_type", "FSDP: grpo_exp shards with DeepSpeed ZeRO (deepspeed=zero3 is the closest)"
-        )
+        exp.choose("deepspeed", "none", "accelerate distributed_type")
+        accelerate_fsdp(exp, acc.get("fsdp_config") or {})
     elif kind in ("MULTI_GPU", "NO", None):
         exp.choose("deepspeed", "none", "accelerate distributed_type", replace=False)
     else:
@@ -110,6 +110,79 @@ def accelerate_config(exp: Experiment, acc: dict, num_processes=None, num_machin
     }
     for name in set(acc) - LAUNCHER_ONLY - known:
         exp.lack(f"accelerate {name}", "not an accelerate setting grpo_exp knows")
+
+
+# accelerate's FSDP1 sharding strategies (fsdp_sharding_strategy, or fsdp_reshard_after_forward in FSDP1 files)
+# as FSDP2 options: the same sharding of the states, by torch's fully_shard.
+FSDP1_STRATEGIES = {
+    "FULL_SHARD": ("full_shard", {}),
+    "SHARD_GRAD_OP": ("full_shard", {"fsdp.reshard_after_forward": False}),  # ZeRO-2-like: gathered until backward
+    "HYBRID_SHARD": ("hybrid_shard", {}),
+    "HYBRID_SHARD_ZERO2": ("hybrid_shard", {"fsdp.reshard_after_forward": False}),
+}
+# accelerate fsdp_config keys (without fsdp_) that are fsdp group keys verbatim.
+FSDP_KEYS = ("activation_checkpointing", "cpu_ram_efficient_loading", "state_dict_type", "auto_wrap_policy")
+# FSDP1 settings FSDP2 has no counterpart for (it prefetches, keeps original parameters and syncs states itself).
+FSDP1_ONLY = ("backward_prefetch", "forward_prefetch", "use_orig_params", "sync_module_states", "min_num_params")
+
+
+def accelerate_fsdp(exp: Experiment, fsdp: dict) -> None:
+    """accelerate's FSDP plugin settings into the fsdp group. FSDP1 files (fsdp_version 1, TRL's fsdp1.yaml) are
+    imported as FSDP2 with the same sharding (transformers deprecates FSDP1), with a note saying so."""
+    if not isinstance(fsdp, dict):
+        exp.lack("accelerate fsdp_config", f"{fsdp!r}: a mapping of FSDP plugin settings")
+        return
+    settings = {k.removeprefix("fsdp_"): v for k, v in fsdp.items()}
+    version = to_int(settings.get("version", 1))  # accelerate's default is FSDP1
+    reshard = settings.get("reshard_after_forward", True)
+    strategy = settings.get("sharding_strategy", reshard if isinstance(reshard, str) else None)
+    option, values = "full_shard", {}
+    if isinstance(strategy, (str, int)) and not isinstance(strategy, bool):
+        names = list(FSDP1_STRATEGIES) + ["NO_SHARD"]  # accelerate also takes the 1-based number
+        name = names[int(strategy) - 1] if str(strategy).isdigit() and 1 <= int(strategy) <= 5 else str(strategy)
+        if name.upper() == "NO_SHARD":
+            exp.choose("fsdp", "none", "accelerate fsdp_config")
+            exp.notes.append("accelerate FSDP with NO_SHARD is data parallel: imported as fsdp=none (DDP)")
+            return
+        if name.upper() not in FSDP1_STRATEGIES:
+            exp.lack("accelerate fsdp_config.sharding_strategy", f"{strategy!r}: one of {', '.join(names)}")
+            return
+        option, values = FSDP1_STRATEGIES[name.upper()]
+    elif isinstance(reshard, bool):
+        values = {} if reshard else {"fsdp.reshard_after_forward": False}
+    if version != 2:
+        exp.notes.append(
+            f"accelerate FSDP{version} imported as FSDP2 ({option}): the same sharding by torch's fully_shard; "
+            "transformers deprecates FSDP1"
+        )
+    if settings.get("offload_params") is True:
+        option = "full_shard_offload" if option == "full_shard" else option
+        values["fsdp.cpu_offload"] = True
+    exp.choose("fsdp", option, "accelerate fsdp_config")
+    for key, value in values.items():
+        exp.set(key, value, "accelerate fsdp_config")
+    for name in FSDP_KEYS:
+        if settings.get(name) is not None:
+            exp.set(f"fsdp.{name}", settings[name], f"accelerate fsdp_{name}")
+    layers = settings.get("transformer_layer_cls_to_wrap")
+    if layers:
+        exp.set(
+            "fsdp.transformer_layer_cls_to_wrap",
+            [layers] if isinstance(layers, str) else list(layers),
+            "accelerate fsdp_transformer_layer_cls_to_wrap",
+        )
+    handled = {
+        "version",
+        "reshard_after_forward",
+        "sharding_strategy",
+        "offload_params",
+        "transformer_layer_cls_to_wrap",
+    }
+    for name in set(settings) - handled - set(FSDP_KEYS):
+        if name in FSDP1_ONLY:
+            exp.ignore(f"accelerate fsdp_{name}", settings[name], "an FSDP1 setting; FSDP2 has no counterpart")
+        else:
+            exp.lack(f"accelerate fsdp_config.fsdp_{name}", "not an accelerate FSDP setting grpo_exp knows")
 
 
 def accelerate_deepspeed(exp: Experiment, ds: dict) -> None:
