@@ -86,10 +86,61 @@ def two_rank_run(tmp_path_factory, model_cache):
 
 
 @pytest.fixture(scope="session")
-def one_rank_run(tmp_path_factory, model_cache):
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` (SQLite store) on a free loopback port, for the session: its URL once /health
+    answers; None where mlflow or tensorboard is not installed (the trackers' tests then skip, saying so)."""
+    import importlib.util
+    import signal
+    import socket
+    import sys
+    import time
+    import urllib.request
+
+    if importlib.util.find_spec("mlflow") is None or importlib.util.find_spec("tensorboard") is None:
+        yield None
+        return
+    folder = tmp_path_factory.mktemp("mlflow")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    store = f"sqlite:///{folder / 'mlflow.db'}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", store, "--host", "127.0.0.1"]
+        + ["--port", str(port), "--workers", "1"],
+        cwd=folder,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None and time.time() < deadline, "mlflow server never answered /health"
+                time.sleep(0.3)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)  # its store is the session's temp dir: nothing to flush
+        server.wait(timeout=30)
+
+
+MLFLOW_EXPERIMENT = "one_rank_run"
+
+
+@pytest.fixture(scope="session")
+def one_rank_run(tmp_path_factory, model_cache, mlflow_server):
     """A real 1-process run with W&B offline, GRPOConfig fields beyond grpo_exp's YAML (EXTRA_FIELDS)
-    and secrets in its environment (SECRETS), 2 steps. test_e2e (one process), test_e2e_config (the
-    fields reach GRPOConfig) and test_nothing_lost (no secret in the run dir; the dir is one run's) read it."""
+    and secrets in its environment (SECRETS), 2 steps; beside W&B, MLflow (the session's real server) and
+    TensorBoard where they are installed. test_e2e (one process), test_e2e_config (the fields reach GRPOConfig),
+    test_nothing_lost (no secret in the run dir; the dir is one run's) and test_trackers read it."""
+    trackers, env = [], dict(SECRETS)
+    if mlflow_server is not None:
+        trackers = ["logger.also=[mlflow,tensorboard]"]
+        env |= {"MLFLOW_TRACKING_URI": mlflow_server, "MLFLOW_EXPERIMENT_NAME": MLFLOW_EXPERIMENT}
     return _shared_run(
         tmp_path_factory,
         model_cache,
@@ -98,7 +149,8 @@ def one_rank_run(tmp_path_factory, model_cache):
         "logger.mode=offline",
         "trainer.max_steps=2",
         *EXTRA_FIELDS,
-        env=SECRETS,
+        *trackers,
+        env=env,
     )
 
 

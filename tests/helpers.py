@@ -192,6 +192,7 @@ SECRETS = {
     "WANDB_API_KEY": "marker-wandb-0f9e8d7c",
     "HF_TOKEN": "hf_marker_1a2b3c4d",
     "HUGGING_FACE_HUB_TOKEN": "hf_marker_5e6f7a8b",
+    "MLFLOW_TRACKING_TOKEN": "mlflow_marker_9c8b7a6f",  # sent to the session's MLflow server, which ignores it
 }
 EXTRA_FIELDS = (
     "trainer.save_total_limit=2",

@@ -35,7 +35,7 @@ CHOICES = {
     "model.dtype": DTYPES,
     "data.loader": LOADERS,
     "launcher.name": ("local", "slurm"),
-    "logger.name": ("wandb", "none"),
+    "logger.name": ("wandb", "mlflow", "tensorboard", "none"),
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
     "preflight.on_oom": ("refuse", "warn", "fit"),
@@ -445,6 +445,24 @@ def check_fsdp(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
+TRACKERS = ("wandb", "mlflow", "tensorboard")  # transformers' report_to names; training/tracking.py runs each
+
+
+def check_trackers(cfg: DictConfig) -> list[Problem]:
+    """logger.also: trackers beside logger.name, each once, each one grpo_exp runs."""
+    also = list(cfg.logger.also)
+    unknown = [t for t in also if t not in TRACKERS]
+    if unknown:
+        return [
+            Problem("logger.also", f"{unknown} are not trackers grpo_exp runs", f"list some of {', '.join(TRACKERS)}")
+        ]
+    if cfg.logger.name in also or len(set(also)) < len(also):
+        return [
+            Problem("logger.also", f"{also} repeats a tracker (logger.name is {cfg.logger.name})", "name each once")
+        ]
+    return []
+
+
 def check(cfg: DictConfig) -> list[Problem]:
     """Every stage-1 problem of `cfg`: the config alone, all at once."""
     problems = check_required(cfg) + check_unknown_keys(cfg)
@@ -453,7 +471,7 @@ def check(cfg: DictConfig) -> list[Problem]:
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg) + check_names(cfg)
     bad = {p.key for p in values}
     problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + check_deepspeed(cfg)
-    problems += check_server_flags(cfg) + check_fsdp(cfg)
+    problems += check_server_flags(cfg) + check_fsdp(cfg) + check_trackers(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):
         problems += check_lora(cfg)
     return problems

@@ -99,7 +99,7 @@ OWNED_TRAINER_FIELDS = {
     "output_dir": "the run dir (hydra.run.dir); checkpoints go to <run dir>/checkpoints",
     "deepspeed": "the deepspeed group (deepspeed=zero3, deepspeed.<key>=...)",
     "use_cpu": "the topology (CPU when no GPU is detected or topology.gpus_per_node=0)",
-    "report_to": "logger (logger=wandb or logger=none)",
+    "report_to": "logger (logger=wandb | mlflow | tensorboard | none, and logger.also=[...] for several)",
     "run_name": "run_name (top level)",
     "seed": "seed (top level)",
     "ddp_timeout": "topology.collective_timeout_s",
@@ -286,7 +286,8 @@ class FsdpConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = MISSING  # wandb | none
+    name: str = MISSING  # wandb | mlflow | tensorboard | none
+    also: List[str] = field(default_factory=list)  # more trackers at once: logger=wandb logger.also=[tensorboard]
     project: str = "grpo_exp"
     entity: Optional[str] = None
     group: Optional[str] = None  # W&B group: defaults to the experiment name

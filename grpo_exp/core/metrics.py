@@ -7,7 +7,7 @@ Per logging step (metrics.jsonl, W&B):
 Whole run (summary.json):
     memory/peak/<role>/<stat>_gib      role train or vllm
     memory/peak_phase/<phase>/<stat>_gib
-    plan/<role>/peak_gib, plan/<role>/<component>_gib, plan/<role>/phases/<phase>_gib
+    plan/<role>/peak_gib, plan/<role>/<component>_gib, plan/<role>/phases/<phase>_gib, plan/capacity/<role>_gib
     plan/host/peak_gib, plan/host/<component>_gib      host RAM of the node planned to need the most
     plan/vllm_engine/<component>_gib, plan/vllm_engine/kv_tokens   the engine per GPU (server or colocated)
     memory/vllm/startup/<figure>       what vLLM itself logged at start-up (core/vllm_log.py)
@@ -67,6 +67,12 @@ def plan_peak(role: str) -> str:
 
 def plan_component(role: str, component: str) -> str:
     return f"plan/{role}/{component}_gib"
+
+
+def plan_capacity(role: str) -> str:
+    """The capacity a role was planned against: one GPU's memory (a CPU run's share of the host). Not under
+    plan/<role>/, whose keys are the plan's components."""
+    return f"plan/capacity/{role}_gib"
 
 
 def plan_phase(role: str, phase: str) -> str:

@@ -49,19 +49,33 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
 
 
 def check_libraries(cfg: DictConfig) -> list[Problem]:
-    """Libraries this run needs beyond the core stack (bitsandbytes for 4/8-bit weights)."""
+    """Libraries this run needs beyond the core stack (bitsandbytes for 4/8-bit weights, a tracker's own)."""
     import importlib.util
 
+    from grpo_exp.config.checks import TRACKERS
+    from grpo_exp.training.tracking import trackers
+
+    problems = []
     q = cfg.model.get("quantization")
     if q is not None and q.method == "bitsandbytes" and importlib.util.find_spec("bitsandbytes") is None:
-        return [
+        problems.append(
             Problem(
                 "model.quantization",
                 "needs bitsandbytes, which is not installed here",
                 "pip install 'bitsandbytes>=0.50'",
             )
-        ]
-    return []
+        )
+    for tracker in trackers(cfg):
+        if (
+            tracker in TRACKERS and importlib.util.find_spec(tracker) is None
+        ):  # mlflow, tensorboard (wandb: a dependency)
+            key = "logger.name" if tracker == cfg.logger.name else "logger.also"
+            problems.append(
+                Problem(
+                    key, f"{tracker} is not installed here", "pip install 'grpo_exp[trackers]' (mlflow, tensorboard)"
+                )
+            )
+    return problems
 
 
 def check_launcher(cfg: DictConfig, plan) -> list[Problem]:

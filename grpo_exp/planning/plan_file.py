@@ -34,6 +34,7 @@ def summary_keys(memory: dict) -> dict:
         r = memory.get(role)
         if r and r.get("peak_gib") is not None:  # plan.json's vllm holds the placement even without an engine
             out[metrics.plan_peak(role)] = r["peak_gib"]
+            out[metrics.plan_capacity(role)] = r["capacity_gib"]
             out.update({metrics.plan_component(role, k): v for k, v in r["components_gib"].items()})
             out.update({metrics.plan_phase(role, k): v for k, v in r["phases_gib"].items()})
     hosts = memory.get("host") or []

@@ -1,16 +1,15 @@
 """Compare runs: a terminal table, a heatmap of peak memory over the two swept axes (OOM cells
-marked), and a self-contained HTML report.
+marked; a PNG), and a self-contained HTML report (html_report.py: the figures, interactive, no network).
 
     grpo-exp compare outputs/batch_x_generations/multirun_2026-11-22_10-00-00
     grpo-exp compare run_dir_a run_dir_b --out report/
     grpo-exp compare wandb:my-entity/grpo_exp --group batch_x_generations
+    grpo-exp compare mlflow:default/multirun_2026-11-22_10-00-00_ab12    # at MLFLOW_TRACKING_URI
 
 Local run dirs need no W&B: everything comes from summary.json and .hydra/overrides.yaml.
 """
 
 import argparse
-import base64
-import html
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,14 +80,34 @@ def load_wandb(project: str, group: str | None = None) -> list[Run]:
     return out
 
 
+def load_mlflow(experiment: str) -> list[Run]:
+    """Runs of an MLflow experiment at MLFLOW_TRACKING_URI (logger=mlflow): each run's latest metrics, the summary
+    the run added at its end (plan/*, memory/peak/*, ...), its status and swept values from its tags."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise ValueError(f"no MLflow experiment {experiment!r} at {client.tracking_uri}")
+    out = []
+    for r in client.search_runs([found.experiment_id], order_by=["attributes.start_time ASC"]):
+        overrides = json.loads(r.data.tags.get("overrides", "[]"))
+        summary = {**r.data.metrics, "status": r.data.tags.get("status", r.info.status.lower())}
+        out.append(Run(r.info.run_name, values(overrides), summary))
+    return out
+
+
 def load(sources: list[str], group: str | None = None) -> list[Run]:
     runs = []
     for source in sources:
-        runs += (
-            load_wandb(source.removeprefix("wandb:"), group)
-            if source.startswith("wandb:")
-            else load_local(Path(source))
-        )
+        if source.startswith("wandb:"):
+            runs += load_wandb(source.removeprefix("wandb:"), group)
+        elif source.startswith("mlflow:"):
+            runs += load_mlflow(source.removeprefix("mlflow:"))
+        else:
+            runs += load_local(Path(source))
     return runs
 
 
@@ -274,29 +293,22 @@ def _is_number(value: str) -> bool:
         return False
 
 
-# rich's HTML export around the table, with the heatmap inlined: one self-contained file.
-_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
-<style>{{stylesheet}}
-body {{{{ color: {{foreground}}; background-color: {{background}}; font-family: sans-serif }}}}</style>
-</head><body><h1>{title}</h1>{image}<pre style="font-family: Menlo, monospace">{{code}}</pre></body></html>
-"""
-
-
-def html_report(runs: list[Run], png: Path | None, path: Path, title: str) -> Path:
-    """One self-contained HTML file: the heatmap (inlined as base64) and the table, exported by rich."""
+def html_report(runs: list[Run], path: Path, title: str) -> Path:
+    """One self-contained HTML file (html_report.py): the figures, and the table as rich exports it."""
     import io
 
     from rich.console import Console
+
+    from grpo_exp.results import html_report as page
 
     console = Console(record=True, file=io.StringIO(), width=220)
     shown = table(runs, title, full_keys=True)
     if shown is not None:
         console.print(shown)
-    inlined = base64.b64encode(png.read_bytes()).decode() if png else None
-    image = f'<img alt="peak memory heatmap" src="data:image/png;base64,{inlined}">' if inlined else ""
-    page = _PAGE.format(title=html.escape(title), image=image)
-    path.write_text(console.export_html(code_format=page, inline_styles=True))
-    return path
+    table_html = console.export_html(
+        code_format='<pre style="font-family: Menlo, monospace">{code}</pre>', inline_styles=True
+    )
+    return page.write(runs, swept_keys(runs), table_html, path, title)
 
 
 def report(
@@ -311,10 +323,10 @@ def report(
         apply_calibration(runs, calibration)
     title = ", ".join(sources)
     print_table(runs, title)
-    out = out or (Path(sources[0]) if not sources[0].startswith("wandb:") else Path("."))
+    out = out or (Path(sources[0]) if not sources[0].startswith(("wandb:", "mlflow:")) else Path("."))
     out.mkdir(parents=True, exist_ok=True)
     png = heatmap(runs, out / "compare_heatmap.png")
-    page = html_report(runs, png, out / "compare.html", title)
+    page = html_report(runs, out / "compare.html", title)
     return {"runs": len(runs), "heatmap": png, "html": page}
 
 
@@ -322,7 +334,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="grpo-exp compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("sources", nargs="+", help="multirun dir, run dirs, or wandb:<entity>/<project>")
+    parser.add_argument(
+        "sources", nargs="+", help="multirun dir, run dirs, wandb:<entity>/<project> or mlflow:<experiment>"
+    )
     parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
     parser.add_argument("--group", help="W&B group (a sweep) to select")
     parser.add_argument(

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir
+from grpo_exp.training import tracking
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +107,11 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
         deepspeed=deepspeed_dict(cfg),
         **fsdp_fields(cfg),
         output_dir=str(run_dir / rundir.CHECKPOINTS),
-        run_name=cfg.run_name,
+        run_name=cfg.run_name or run_dir.name,  # what every tracker calls the run (W&B's too)
         seed=cfg.seed,
         use_cpu=use_cpu,
         ddp_timeout=cfg.topology.collective_timeout_s,
-        report_to=["wandb"] if cfg.logger.name == "wandb" else "none",
+        report_to=tracking.trackers(cfg) or "none",
     )
 
 

@@ -1,10 +1,14 @@
-"""Experiment tracking: W&B, or a null tracker with the same calls (`start`, `ready`, `finish`).
+"""Experiment tracking: W&B, MLflow, TensorBoard (logger.name, and logger.also for several at once), each with
+the same calls (`start`, `ready`, `finish`). transformers' callbacks (GRPOConfig.report_to = `report_to(cfg)`)
+log every step's metrics, memory/* included, from rank 0; a tracker here sets each run up before training
+and adds the run's summary (plan/*, time/*, memory/peak/*, the status) after it.
 
 The W&B run is created here, on rank 0, before training: transformers' WandbCallback then logs
 into this run instead of creating its own, so the run carries our config, tags and group.
 `wandb.init` mostly waits (its service process starting, the run being set up: ~1 s of a short
 run's start on 2 cores), so it runs in a thread while the worker builds the trainer; `ready()`
-joins it before training starts.
+joins it before training starts. MLflow and TensorBoard are told where to write by their own environment
+variables (set only where the user has not): credentials and URIs never enter the run dir.
 """
 
 import netrc
@@ -17,14 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.config.overrides import values
 from grpo_exp.core import rundir
-
-
-class NullTracker:
-    def ready(self) -> None:
-        pass
-
-    def finish(self, summary: dict, exit_code: int) -> None:
-        pass
 
 
 def has_wandb_credentials() -> bool:
@@ -117,5 +113,90 @@ class WandbTracker:
         self.run.finish(exit_code=exit_code)
 
 
+def trackers(cfg: DictConfig) -> list[str]:
+    """The trackers of a run, by transformers' report_to names: logger.name, then logger.also."""
+    return [t for t in (cfg.logger.name, *cfg.logger.also) if t != "none"]
+
+
+def _summary_metrics(summary: dict) -> dict[str, float]:
+    """The run summary's numbers (plan/*, time/*, memory/peak/*, ...): what a tracker keeps beside the steps."""
+    return {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class MlflowTracker:
+    """MLflow through transformers' MLflowCallback: the server (MLFLOW_TRACKING_URI, unset: an SQLite store in
+    the run dir), the experiment (MLFLOW_EXPERIMENT_NAME, unset: the run's group), our tags and the swept values
+    (MLFLOW_TAGS, read back by `grpo-exp compare mlflow:<experiment>`). finish() adds the summary to that run."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        import json
+
+        os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{run_dir.resolve() / 'mlflow.db'}")
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # the URI stays out of train.log
+        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", cfg.logger.group or sweep_group(cfg, run_dir))
+        tags = dict(tag.split(":", 1) for tag in run_tags(cfg) if ":" in tag)
+        tags["overrides"] = json.dumps(rundir.read_overrides(run_dir))
+        os.environ.setdefault("MLFLOW_TAGS", json.dumps(tags))
+
+    def ready(self) -> None:
+        pass
+
+    def finish(self, summary: dict, exit_code: int) -> None:
+        import time
+
+        import mlflow
+        from mlflow.entities import Metric
+        from mlflow.tracking import MlflowClient
+
+        run = mlflow.last_active_run()  # the one MLflowCallback started in this process
+        if run is None:  # training never started: nothing was logged
+            return
+        step = int(summary.get("global_step") or 0)
+        now = int(time.time() * 1000)
+        client = MlflowClient()
+        found = [Metric(k, v, now, step) for k, v in _summary_metrics(summary).items()]
+        for start in range(0, len(found), 1000):  # MLflow's batch limit
+            client.log_batch(run.info.run_id, metrics=found[start : start + 1000])
+        client.set_tag(run.info.run_id, "status", summary.get("status", "unknown"))
+
+
+class TensorBoardTracker:
+    """TensorBoard through transformers' TensorBoardCallback: event files in <run dir>/tensorboard
+    (TENSORBOARD_LOGGING_DIR overrides); finish() writes the summary there at the last step."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(run_dir / "tensorboard"))
+
+    def ready(self) -> None:
+        pass
+
+    def finish(self, summary: dict, exit_code: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(log_dir=os.environ["TENSORBOARD_LOGGING_DIR"])
+        step = int(summary.get("global_step") or 0)
+        for key, value in _summary_metrics(summary).items():
+            writer.add_scalar(f"summary/{key}", value, step)
+        writer.close()
+
+
+class Trackers:
+    """Several trackers as one: each is set up, readied and finished in turn."""
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def ready(self) -> None:
+        for part in self.parts:
+            part.ready()
+
+    def finish(self, summary: dict, exit_code: int) -> None:
+        for part in self.parts:
+            part.finish(summary, exit_code)
+
+
+TRACKER_CLASSES = {"wandb": WandbTracker, "mlflow": MlflowTracker, "tensorboard": TensorBoardTracker}
+
+
 def start(cfg: DictConfig, run_dir: Path):
-    return WandbTracker(cfg, run_dir) if cfg.logger.name == "wandb" else NullTracker()
+    return Trackers([TRACKER_CLASSES[name](cfg, run_dir) for name in trackers(cfg)])

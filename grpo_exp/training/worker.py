@@ -262,7 +262,7 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
             state.checkpoint[0] if state.checkpoint else "step 0",
             dropped,
         )
-    state.tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.NullTracker()
+    state.tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.Trackers([])
     state.watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     state.callback = make_callback(run_dir, rank, state.watchdog)
     vllm_probe = probes.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None

@@ -219,7 +219,7 @@ def test_fields_without_a_home_are_all_listed_and_nothing_is_written(importer, c
         "load_in_4bit": True,
         "reward_funcs": ["cosine"],
         "chat_template": "{{ messages }}",
-        "report_to": ["tensorboard"],
+        "report_to": ["comet_ml"],
         "no_such_field": 1,
     }
     code, name = importer(fields)
@@ -628,3 +628,11 @@ def test_a_recipes_own_fsdp_fields_become_the_fsdp_group(importer, fields, optio
     assert code == 0
     cfg, _ = placed(name)
     assert cfg.fsdp.name == option and not cfg.deepspeed
+
+
+def test_report_to_becomes_the_logger_and_its_companions(importer):
+    """TRL's report_to: the first tracker is logger=, the others logger.also (TensorBoard and MLflow run too)."""
+    code, name = importer({**BASE, "report_to": ["tensorboard", "wandb"]}, ZERO2_3PROC)
+    assert code == 0
+    cfg, _ = placed(name)
+    assert (cfg.logger.name, list(cfg.logger.also)) == ("tensorboard", ["wandb"])

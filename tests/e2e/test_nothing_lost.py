@@ -79,13 +79,14 @@ def test_stopping_a_slurm_driver_cancels_its_job(tmp_path, background_driver):
 
 
 @pytest.mark.e2e
-def test_secrets_never_land_in_the_run_dir(one_rank_run):
-    """The session's one-process run had SECRETS in its environment and W&B offline."""
+def test_secrets_never_land_in_the_run_dir(one_rank_run, mlflow_server):
+    """The session's one-process run had SECRETS in its environment, W&B offline and MLflow at a server."""
     result, run_dir = one_rank_run
     assert result.returncode == 0, result.stderr[-2000:]
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert any(p.suffix == ".wandb" for p in files) and (run_dir / rundir.PLAN).is_file()
-    leaked = [str(p) for p in files for marker in SECRETS.values() if marker.encode() in p.read_bytes()]
+    markers = [*SECRETS.values(), *([mlflow_server] if mlflow_server else [])]  # the tracker's URI stays in its env
+    leaked = [str(p) for p in files for marker in markers if marker.encode() in p.read_bytes()]
     assert leaked == []
     # the per-node env is there, without secrets
     assert json.loads((run_dir / rundir.PLAN).read_text())["nodes"][0]["env"]["train"]

@@ -155,10 +155,13 @@ def recipe_field(exp: Experiment, name: str, value) -> None:
         targets = [value] if isinstance(value, str) else value if isinstance(value, list) else None
         if targets is None or not all(isinstance(t, str) for t in targets):
             exp.lack(name, f"{value!r}: a tracker name or a list of them")
-        elif set(targets) - {"wandb", "none"}:
-            exp.lack(name, f"{targets}: grpo_exp tracks runs with W&B (logger=wandb) or nothing (logger=none)")
+        elif set(targets) - {"wandb", "mlflow", "tensorboard", "none", "all"}:
+            exp.lack(name, f"{targets}: grpo_exp tracks runs with W&B, MLflow or TensorBoard (logger=...), or none")
         else:
-            exp.choose("logger", "wandb" if "wandb" in targets else "none", name)
+            chosen = ["wandb", "mlflow", "tensorboard"] if "all" in targets else [t for t in targets if t != "none"]
+            exp.choose("logger", chosen[0] if chosen else "none", name)
+            if len(chosen) > 1:
+                exp.set("logger.also", chosen[1:], name)
     elif name in ("run_name", "seed"):
         exp.set(name, value, name)
     elif name == "ddp_timeout":
