@@ -132,15 +132,28 @@ MLFLOW_EXPERIMENT = "one_rank_run"
 
 
 @pytest.fixture(scope="session")
-def one_rank_run(tmp_path_factory, model_cache, mlflow_server):
+def trackio_dir(tmp_path_factory) -> Path | None:
+    """trackio's local store for the session (TRACKIO_DIR), or None where trackio is not installed."""
+    import importlib.util
+
+    return tmp_path_factory.mktemp("trackio") if importlib.util.find_spec("trackio") is not None else None
+
+
+@pytest.fixture(scope="session")
+def one_rank_run(tmp_path_factory, model_cache, mlflow_server, trackio_dir):
     """A real 1-process run with W&B offline, GRPOConfig fields beyond grpo_exp's YAML (EXTRA_FIELDS)
-    and secrets in its environment (SECRETS), 2 steps; beside W&B, MLflow (the session's real server) and
-    TensorBoard where they are installed. test_e2e (one process), test_e2e_config (the fields reach GRPOConfig),
-    test_nothing_lost (no secret in the run dir; the dir is one run's) and test_trackers read it."""
-    trackers, env = [], dict(SECRETS)
+    and secrets in its environment (SECRETS), 2 steps; beside W&B, MLflow (the session's real server),
+    TensorBoard and trackio (a local store) where they are installed. test_e2e (one process), test_e2e_config
+    (the fields reach GRPOConfig), test_nothing_lost (no secret in the run dir; the dir is one run's) and
+    test_trackers read it."""
+    also, env = [], dict(SECRETS)
     if mlflow_server is not None:
-        trackers = ["logger.also=[mlflow,tensorboard]"]
+        also = ["mlflow", "tensorboard"]
         env |= {"MLFLOW_TRACKING_URI": mlflow_server, "MLFLOW_EXPERIMENT_NAME": MLFLOW_EXPERIMENT}
+    if trackio_dir is not None:
+        also.append("trackio")
+        env["TRACKIO_DIR"] = str(trackio_dir)
+    trackers = [f"logger.also=[{','.join(also)}]"] if also else []
     return _shared_run(
         tmp_path_factory,
         model_cache,

@@ -35,7 +35,7 @@ CHOICES = {
     "model.dtype": DTYPES,
     "data.loader": LOADERS,
     "launcher.name": ("local", "slurm"),
-    "logger.name": ("wandb", "mlflow", "tensorboard", "none"),
+    "logger.name": ("wandb", "mlflow", "tensorboard", "trackio", "none"),
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
     "preflight.on_oom": ("refuse", "warn", "fit"),
@@ -445,7 +445,13 @@ def check_fsdp(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
-TRACKERS = ("wandb", "mlflow", "tensorboard")  # transformers' report_to names; training/tracking.py runs each
+# transformers' report_to names of the trackers training/tracking.py runs
+TRACKERS = ("wandb", "mlflow", "tensorboard", "trackio")
+
+
+def trackers(cfg: DictConfig) -> list[str]:
+    """The trackers of a run, by transformers' report_to names: logger.name, then logger.also."""
+    return [t for t in (cfg.logger.name, *cfg.logger.also) if t != "none"]
 
 
 def check_trackers(cfg: DictConfig) -> list[Problem]:

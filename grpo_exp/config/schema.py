@@ -286,9 +286,9 @@ class FsdpConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = MISSING  # wandb | mlflow | tensorboard | none
+    name: str = MISSING  # wandb | mlflow | tensorboard | trackio | none
     also: List[str] = field(default_factory=list)  # more trackers at once: logger=wandb logger.also=[tensorboard]
-    project: str = "grpo_exp"
+    project: str = "grpo_exp"  # W&B's project, trackio's too
     entity: Optional[str] = None
     group: Optional[str] = None  # W&B group: defaults to the experiment name
     mode: str = "auto"  # auto (online with credentials, else offline) | online | offline

@@ -52,8 +52,7 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
     """Libraries this run needs beyond the core stack (bitsandbytes for 4/8-bit weights, a tracker's own)."""
     import importlib.util
 
-    from grpo_exp.config.checks import TRACKERS
-    from grpo_exp.training.tracking import trackers
+    from grpo_exp.config.checks import TRACKERS, trackers
 
     problems = []
     q = cfg.model.get("quantization")

@@ -1,4 +1,4 @@
-"""Experiment tracking: W&B, MLflow, TensorBoard (logger.name, and logger.also for several at once), each with
+"""Experiment tracking: W&B, MLflow, TensorBoard, trackio (logger.name, and logger.also for several at once), each with
 the same calls (`start`, `ready`, `finish`). transformers' callbacks (GRPOConfig.report_to = `report_to(cfg)`)
 log every step's metrics, memory/* included, from rank 0; a tracker here sets each run up before training
 and adds the run's summary (plan/*, time/*, memory/peak/*, the status) after it.
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.config.checks import trackers
 from grpo_exp.config.overrides import values
 from grpo_exp.core import rundir
 
@@ -113,11 +114,6 @@ class WandbTracker:
         self.run.finish(exit_code=exit_code)
 
 
-def trackers(cfg: DictConfig) -> list[str]:
-    """The trackers of a run, by transformers' report_to names: logger.name, then logger.also."""
-    return [t for t in (cfg.logger.name, *cfg.logger.also) if t != "none"]
-
-
 def _summary_metrics(summary: dict) -> dict[str, float]:
     """The run summary's numbers (plan/*, time/*, memory/peak/*, ...): what a tracker keeps beside the steps."""
     return {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -180,6 +176,25 @@ class TensorBoardTracker:
         writer.close()
 
 
+class TrackioTracker:
+    """trackio (local-first: an SQLite store under TRACKIO_DIR, its own default ~/.cache/huggingface/trackio)
+    through transformers' TrackioCallback, in project logger.project; finish() logs the summary into the same run
+    as one more step."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        self.project, self.name = cfg.logger.project, cfg.run_name or run_dir.name
+
+    def ready(self) -> None:
+        pass
+
+    def finish(self, summary: dict, exit_code: int) -> None:
+        import trackio
+
+        trackio.init(project=self.project, name=self.name, resume="must")
+        trackio.log({**_summary_metrics(summary), "status_code": float(exit_code)})
+        trackio.finish()
+
+
 class Trackers:
     """Several trackers as one: each is set up, readied and finished in turn."""
 
@@ -195,7 +210,12 @@ class Trackers:
             part.finish(summary, exit_code)
 
 
-TRACKER_CLASSES = {"wandb": WandbTracker, "mlflow": MlflowTracker, "tensorboard": TensorBoardTracker}
+TRACKER_CLASSES = {
+    "wandb": WandbTracker,
+    "mlflow": MlflowTracker,
+    "tensorboard": TensorBoardTracker,
+    "trackio": TrackioTracker,
+}
 
 
 def start(cfg: DictConfig, run_dir: Path):

@@ -54,6 +54,36 @@ def test_tensorboard_events_hold_every_step_and_the_summary(trackers_run):
     assert scalars[f"summary/{metrics.plan_peak('train')}"] == pytest.approx([summary[metrics.plan_peak("train")]])
 
 
+def test_trackios_local_store_holds_every_step_and_the_summary(one_rank_run, trackio_dir):
+    """Read back by trackio's own storage API, in a process of its own (trackio fixes TRACKIO_DIR at import)."""
+    import json
+    import subprocess
+    import sys
+
+    if trackio_dir is None:
+        pytest.skip("trackio is not installed (pip install -e '.[dev]' has it)")
+    result, run_dir = one_rank_run
+    assert result.returncode == 0, result.stdout[-3000:]
+    code = (
+        "import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+        "print(json.dumps(SQLiteStorage.get_logs('grpo_exp', sys.argv[1])))"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", code, run_dir.name],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TRACKIO_DIR": str(trackio_dir)},
+    )
+    logs = json.loads(read.stdout)
+    key = f"train/{metrics.memory('train', 'host_rss_max')}"
+    steps = rundir.read_metrics(run_dir)
+    assert [row[key] for row in logs if key in row] == pytest.approx([s[key[len("train/") :]] for s in steps])
+    summary = rundir.read_summary(run_dir)
+    assert [row[metrics.plan_peak("train")] for row in logs if metrics.plan_peak("train") in row] == pytest.approx(
+        [summary[metrics.plan_peak("train")]]
+    )
+
+
 def test_compare_reads_an_mlflow_experiment_as_it_reads_the_run_dir(trackers_run, monkeypatch):
     from grpo_exp.results import compare
 

@@ -32,7 +32,7 @@ def test_wandb_starts_beside_the_trainer_build_and_its_failure_reaches_the_worke
 
 
 def test_trackers_are_the_logger_and_its_companions_and_each_is_checked():
-    from grpo_exp.training.tracking import trackers
+    from grpo_exp.config.checks import trackers
     from tests.helpers import problem_keys, problems
 
     assert trackers(compose_cfg("logger=mlflow", "logger.also=[tensorboard,wandb]")) == [
