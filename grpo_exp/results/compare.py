@@ -218,6 +218,29 @@ def print_table(runs: list[Run], title: str = "runs") -> None:
         Console(width=160).print(shown)
 
 
+def sweep_grid(runs: list[Run], keys: list[str]):
+    """The first two swept axes as a grid: (x key, y key, x values, y values in numeric order, and per run on it
+    (row, column, run, whether it fitted: planned to, or completed))."""
+    xk, yk = keys[0], keys[1]
+
+    def ordered(k):
+        values = {run.overrides[k] for run in runs if k in run.overrides}
+        return sorted(values, key=lambda v: (float(v) if _is_number(v) else float("inf"), v))
+
+    xs, ys = ordered(xk), ordered(yk)
+    cells = [
+        (
+            ys.index(run.overrides[yk]),
+            xs.index(run.overrides[xk]),
+            run,
+            run.summary.get("fits") if run.planned else run.status == "completed",
+        )
+        for run in runs
+        if run.overrides.get(xk) in xs and run.overrides.get(yk) in ys
+    ]
+    return xk, yk, xs, ys, cells
+
+
 def heatmap(runs: list[Run], path: Path) -> Path | None:
     """Peak memory over the first two swept axes; failed cells are labelled (OOM, pred. OOM, ...)."""
     keys = swept_keys(runs)
@@ -229,20 +252,10 @@ def heatmap(runs: list[Run], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    xk, yk = keys[0], keys[1]
-
-    def ordered(k):
-        values = {run.overrides[k] for run in runs if k in run.overrides}
-        return sorted(values, key=lambda v: (float(v) if _is_number(v) else float("inf"), v))
-
-    xs, ys = ordered(xk), ordered(yk)
+    xk, yk, xs, ys, cells = sweep_grid(runs, keys)
     grid = np.full((len(ys), len(xs)), np.nan)
     labels = [["" for _ in xs] for _ in ys]
-    for run in runs:
-        if run.overrides.get(xk) not in xs or run.overrides.get(yk) not in ys:
-            continue
-        i, j = ys.index(run.overrides[yk]), xs.index(run.overrides[xk])
-        fitted = run.summary.get("fits") if run.planned else run.status == "completed"
+    for i, j, run, fitted in cells:
         if fitted and run.peak_gib is not None:
             grid[i, j] = run.peak_gib
             labels[i][j] = f"{run.peak_gib:.2f}"

@@ -131,20 +131,12 @@ def heatmap_figure(runs: list, keys: list[str]):
 
     if len(keys) < 2:
         return None
-    xk, yk = keys[0], keys[1]
+    from grpo_exp.results.compare import sweep_grid
 
-    def ordered(k):
-        values = {run.overrides[k] for run in runs if k in run.overrides}
-        return sorted(values, key=lambda v: (_number(v), v))
-
-    xs, ys = ordered(xk), ordered(yk)
+    xk, yk, xs, ys, cells = sweep_grid(runs, keys)
     z = [[None for _ in xs] for _ in ys]
     text = [["" for _ in xs] for _ in ys]
-    for run in runs:
-        if run.overrides.get(xk) not in xs or run.overrides.get(yk) not in ys:
-            continue
-        i, j = ys.index(run.overrides[yk]), xs.index(run.overrides[xk])
-        fitted = run.summary.get("fits") if run.planned else run.status == "completed"
+    for i, j, run, fitted in cells:
         capacity = run.summary.get(metrics.plan_capacity("train"))
         if fitted and run.peak_gib is not None:
             z[i][j] = run.peak_gib
@@ -176,13 +168,6 @@ def heatmap_figure(runs: list, keys: list[str]):
         yaxis_type="category",
     )
     return fig
-
-
-def _number(value: str) -> float:
-    try:
-        return float(value)
-    except ValueError:
-        return float("inf")
 
 
 def write(runs: list, keys: list[str], table_html: str, path: Path, title: str) -> Path:
