@@ -146,6 +146,8 @@ def one_rank_run(tmp_path_factory, model_cache, mlflow_server, trackio_dir):
     TensorBoard and trackio (a local store) where they are installed. test_e2e (one process), test_e2e_config
     (the fields reach GRPOConfig), test_nothing_lost (no secret in the run dir; the dir is one run's) and
     test_trackers read it."""
+    import importlib.util
+
     also, env = [], dict(SECRETS)
     if mlflow_server is not None:
         also = ["mlflow", "tensorboard"]
@@ -153,6 +155,8 @@ def one_rank_run(tmp_path_factory, model_cache, mlflow_server, trackio_dir):
     if trackio_dir is not None:
         also.append("trackio")
         env["TRACKIO_DIR"] = str(trackio_dir)
+    if importlib.util.find_spec("swanlab") is not None:
+        also.append("swanlab")  # offline (logger.mode): <run dir>/swanlog
     trackers = [f"logger.also=[{','.join(also)}]"] if also else []
     return _shared_run(
         tmp_path_factory,

@@ -35,7 +35,7 @@ CHOICES = {
     "model.dtype": DTYPES,
     "data.loader": LOADERS,
     "launcher.name": ("local", "slurm"),
-    "logger.name": ("wandb", "mlflow", "tensorboard", "trackio", "none"),
+    "logger.name": ("wandb", "mlflow", "tensorboard", "trackio", "swanlab", "none"),
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
     "preflight.on_oom": ("refuse", "warn", "fit"),
@@ -446,7 +446,15 @@ def check_fsdp(cfg: DictConfig) -> list[Problem]:
 
 
 # transformers' report_to names of the trackers training/tracking.py runs
-TRACKERS = ("wandb", "mlflow", "tensorboard", "trackio")
+TRACKERS = ("wandb", "mlflow", "tensorboard", "trackio", "swanlab")
+
+
+def installed_trackers() -> list[str]:
+    """The trackers installed here (what transformers' report_to="all" means). wandb is a dependency; the others
+    come with grpo_exp[trackers]."""
+    import importlib.util
+
+    return [t for t in TRACKERS if importlib.util.find_spec(t) is not None]
 
 
 def trackers(cfg: DictConfig) -> list[str]:

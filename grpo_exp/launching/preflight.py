@@ -52,7 +52,7 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
     """Libraries this run needs beyond the core stack (bitsandbytes for 4/8-bit weights, a tracker's own)."""
     import importlib.util
 
-    from grpo_exp.config.checks import TRACKERS, trackers
+    from grpo_exp.config.checks import TRACKERS, installed_trackers, trackers
 
     problems = []
     q = cfg.model.get("quantization")
@@ -65,14 +65,10 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
             )
         )
     for tracker in trackers(cfg):
-        if (
-            tracker in TRACKERS and importlib.util.find_spec(tracker) is None
-        ):  # mlflow, tensorboard (wandb: a dependency)
+        if tracker in TRACKERS and tracker not in installed_trackers():  # an unknown name: check_trackers
             key = "logger.name" if tracker == cfg.logger.name else "logger.also"
             problems.append(
-                Problem(
-                    key, f"{tracker} is not installed here", "pip install 'grpo_exp[trackers]' (mlflow, tensorboard)"
-                )
+                Problem(key, f"{tracker} is not installed here", f"pip install 'grpo_exp[trackers]' (or {tracker})")
             )
     return problems
 

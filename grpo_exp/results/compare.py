@@ -5,6 +5,7 @@ marked; a PNG), and a self-contained HTML report (html_report.py: the figures, i
     grpo-exp compare run_dir_a run_dir_b --out report/
     grpo-exp compare wandb:my-entity/grpo_exp --group batch_x_generations
     grpo-exp compare mlflow:default/multirun_2026-11-22_10-00-00_ab12    # at MLFLOW_TRACKING_URI
+    grpo-exp compare swanlab:outputs/batch_x_generations                # SwanLab's offline runs below a dir
 
 Local run dirs need no W&B: everything comes from summary.json and .hydra/overrides.yaml.
 """
@@ -99,6 +100,46 @@ def load_mlflow(experiment: str) -> list[Run]:
     return out
 
 
+def load_swanlab(log_dir: str) -> list[Run]:
+    """Runs SwanLab wrote locally (logger=swanlab offline: <run dir>/swanlog, or SWANLAB_LOG_DIR), found anywhere
+    below `log_dir`, read with the reader `swanlab sync` uses: each run's latest scalars (the summary it logged at
+    its end included), its name, and the overrides and status from its config. A resumed run's attempts (one
+    folder each, one id) are one run, the later attempt's values winning."""
+    import yaml
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    attempts = sorted(Path(log_dir).rglob("run-*.swanlab"), key=lambda p: p.parent.name)  # run-<time>-<id>
+    if not attempts:
+        raise ValueError(f"no SwanLab runs below {log_dir} (run-*/run-<id>.swanlab)")
+    runs: dict[str, dict] = {}
+    for path in attempts:
+        run = runs.setdefault(path.stem.removeprefix("run-"), {"name": None, "scalars": {}, "state": None})
+        reader = DataStoreReader()
+        reader.open(path)
+        for data in iter(reader.scan, None):
+            record = Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "start":
+                run["name"] = record.start.name
+            elif kind == "scalar":
+                run["scalars"][record.scalar.key] = record.scalar.value.number
+            elif kind == "finish":
+                run["state"] = record.finish.state
+        reader.close()
+        config = yaml.safe_load((path.parent / "files" / "config.yaml").read_text()) or {}
+        run["config"] = {key: entry["value"] for key, entry in config.items()}
+    return [
+        Run(
+            r["name"],
+            values(r["config"].get("overrides", [])),
+            {**r["scalars"], "status": r["config"].get("status", "unknown")},
+        )
+        for r in runs.values()
+    ]
+
+
 def load(sources: list[str], group: str | None = None) -> list[Run]:
     runs = []
     for source in sources:
@@ -106,6 +147,8 @@ def load(sources: list[str], group: str | None = None) -> list[Run]:
             runs += load_wandb(source.removeprefix("wandb:"), group)
         elif source.startswith("mlflow:"):
             runs += load_mlflow(source.removeprefix("mlflow:"))
+        elif source.startswith("swanlab:"):
+            runs += load_swanlab(source.removeprefix("swanlab:"))
         else:
             runs += load_local(Path(source))
     return runs
@@ -336,7 +379,7 @@ def report(
         apply_calibration(runs, calibration)
     title = ", ".join(sources)
     print_table(runs, title)
-    out = out or (Path(sources[0]) if not sources[0].startswith(("wandb:", "mlflow:")) else Path("."))
+    out = out or (Path(sources[0]) if not sources[0].startswith(("wandb:", "mlflow:", "swanlab:")) else Path("."))
     out.mkdir(parents=True, exist_ok=True)
     png = heatmap(runs, out / "compare_heatmap.png")
     page = html_report(runs, out / "compare.html", title)
@@ -348,7 +391,9 @@ def main(argv: list[str] | None = None) -> None:
         prog="grpo-exp compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "sources", nargs="+", help="multirun dir, run dirs, wandb:<entity>/<project> or mlflow:<experiment>"
+        "sources",
+        nargs="+",
+        help="multirun dir, run dirs, wandb:<entity>/<project>, mlflow:<experiment> or swanlab:<dir>",
     )
     parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
     parser.add_argument("--group", help="W&B group (a sweep) to select")

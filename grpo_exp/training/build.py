@@ -40,18 +40,33 @@ def model_path(cfg: DictConfig) -> str:
 BITSANDBYTES_OPTIMIZERS = ("bnb", "8bit", "paged", "lion", "rmsprop_32bit", "ademamix")
 
 
-def hide_unused_bitsandbytes(cfg: DictConfig) -> bool:
-    """In a run that neither quantizes nor uses a bitsandbytes optimizer, make bitsandbytes look
-    absent before transformers, peft and trl are imported: they import it whenever it is installed
-    (peft.helpers does), and importing it loads torch._inductor, ~1.2 s of every worker's start on
-    2 cores. `sys.modules[name] = None` is Python's own "not importable": find_spec answers None, so
-    the libraries take their no-bitsandbytes paths. True when hidden."""
-    if cfg.model.get("quantization") is not None or any(w in cfg.trainer.optim for w in BITSANDBYTES_OPTIMIZERS):
-        return False
-    if "bitsandbytes" in sys.modules:  # imported already (a test process): nothing to save
-        return False
-    sys.modules["bitsandbytes"] = None
-    return True
+# Trackers transformers and trl import whenever they are installed (trl's profiling and GRPOTrainer import wandb,
+# mlflow and trackio at import: ~1 s of a worker's start on 2 cores together), whether the run logs to them or not.
+TRACKER_LIBRARIES = ("wandb", "mlflow", "trackio", "swanlab")
+
+
+def unused_libraries(cfg: DictConfig) -> list[str]:
+    """Optional libraries this run never calls: bitsandbytes without quantized weights or a bitsandbytes
+    optimizer; each tracker that is neither one of the run's trackers nor a DeepSpeed monitor it enables."""
+    unused = []
+    if cfg.model.get("quantization") is None and not any(w in cfg.trainer.optim for w in BITSANDBYTES_OPTIMIZERS):
+        unused.append("bitsandbytes")
+    ds = deepspeed_dict(cfg) or {}
+    monitors = {name for name, section in ds.items() if isinstance(section, dict) and section.get("enabled")}
+    used = set(trackers(cfg)) | monitors
+    return unused + [name for name in TRACKER_LIBRARIES if name not in used]
+
+
+def hide_unused_libraries(cfg: DictConfig) -> list[str]:
+    """Make the libraries this run never calls look absent before transformers, peft and trl are imported: they
+    import them whenever installed (peft.helpers imports bitsandbytes, which loads torch._inductor: ~1.2 s of
+    every worker's start on 2 cores; trl the trackers). `sys.modules[name] = None` is Python's own "not
+    importable": find_spec answers None, so the libraries take their paths without it. Returns what was hidden
+    (a library a process imported already stays: a test process)."""
+    hidden = [name for name in unused_libraries(cfg) if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None
+    return hidden
 
 
 def deepspeed_dict(cfg: DictConfig) -> dict | None:

@@ -1,14 +1,15 @@
-"""Experiment tracking: W&B, MLflow, TensorBoard, trackio (logger.name, and logger.also for several at once), each with
-the same calls (`start`, `ready`, `finish`). transformers' callbacks (GRPOConfig.report_to = `report_to(cfg)`)
-log every step's metrics, memory/* included, from rank 0; a tracker here sets each run up before training
-and adds the run's summary (plan/*, time/*, memory/peak/*, the status) after it.
+"""Experiment tracking: W&B, MLflow, TensorBoard, trackio, SwanLab (logger.name, and logger.also for several at
+once), each with the same calls (`start`, `ready`, `finish`). transformers' callbacks (GRPOConfig.report_to)
+log every step's metrics, memory/* included, from rank 0; a tracker here sets each run up before training and
+adds the run's summary (plan/*, time/*, memory/peak/*, the status) after it.
 
 The W&B run is created here, on rank 0, before training: transformers' WandbCallback then logs
 into this run instead of creating its own, so the run carries our config, tags and group.
 `wandb.init` mostly waits (its service process starting, the run being set up: ~1 s of a short
 run's start on 2 cores), so it runs in a thread while the worker builds the trainer; `ready()`
-joins it before training starts. MLflow and TensorBoard are told where to write by their own environment
-variables (set only where the user has not): credentials and URIs never enter the run dir.
+joins it before training starts. SwanLab's run is created here too, for the same reason (group, tags, config).
+MLflow, TensorBoard and SwanLab are told where to write by their own environment variables (set only where the
+user has not): credentials and URIs never enter the run dir.
 """
 
 import netrc
@@ -63,23 +64,31 @@ def sweep_group(cfg: DictConfig, run_dir: Path) -> str:
     return f"{cfg.experiment}/{run_dir.parent.name}" if multirun.exists() else cfg.experiment
 
 
+def run_config(cfg: DictConfig, run_dir: Path) -> dict:
+    """What a tracker keeps as the run's config: the resolved config, the command line's overrides, and those
+    values as top-level keys ("trainer.num_generations": 8) that a tracker's parallel coordinates and scatter
+    panels plot directly across the runs of a sweep."""
+    overrides = rundir.read_overrides(run_dir)
+    config = OmegaConf.to_container(cfg, resolve=True)
+    config["overrides"] = overrides
+    config.update(swept_values(overrides))
+    return config
+
+
+def kept_run_id(id_file: Path) -> str:
+    """One tracker run per grpo_exp run: a resumed (or requeued) run continues the tracker's run whose id the
+    first start kept in the run dir."""
+    run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)  # W&B, SwanLab: [a-z0-9]+
+    id_file.write_text(run_id + "\n")
+    return run_id
+
+
 class WandbTracker:
     def __init__(self, cfg: DictConfig, run_dir: Path):
         import wandb
 
-        overrides = rundir.read_overrides(run_dir)
-        config = OmegaConf.to_container(cfg, resolve=True)
-        config["overrides"] = overrides
-        # The command-line values as top-level keys ("trainer.num_generations": 8): W&B's parallel
-        # coordinates and scatter panels plot them directly across the runs of a sweep.
-        config.update(swept_values(overrides))
-        # One W&B run per grpo_exp run: a resumed (or requeued) run continues the W&B run whose id
-        # the first start kept in the run dir.
-        id_file = run_dir / rundir.WANDB_ID
-        run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)  # W&B ids: [a-z0-9]+
-        id_file.write_text(run_id + "\n")
         init = dict(
-            id=run_id,
+            id=kept_run_id(run_dir / rundir.WANDB_ID),
             resume="allow",
             project=cfg.logger.project,
             entity=cfg.logger.entity,
@@ -87,7 +96,7 @@ class WandbTracker:
             name=cfg.run_name or run_dir.name,
             dir=str(run_dir),
             mode=wandb_mode(cfg),
-            config=config,
+            config=run_config(cfg, run_dir),
             tags=run_tags(cfg),
         )
         self.run, self._error = None, None
@@ -195,6 +204,48 @@ class TrackioTracker:
         trackio.finish()
 
 
+class SwanLabTracker:
+    """SwanLab (what ms-swift's users log to) through transformers' SwanLabCallback, which logs into the run
+    created here: project logger.project (SWANLAB_PROJECT overrides), the run's name, group and tags, the config.
+    Mode: SWANLAB_MODE, else logger.mode, auto being online with SwanLab's credentials (SWANLAB_API_KEY or its
+    login) and offline without: the run is written under <run dir>/swanlog (SWANLAB_LOG_DIR overrides) for
+    `swanlab sync`. finish() logs the summary at the last step and ends the run with the status."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path):
+        import swanlab
+
+        init = dict(
+            project=os.environ.get("SWANLAB_PROJECT") or cfg.logger.project,
+            experiment_name=cfg.run_name or run_dir.name,
+            group=cfg.logger.group or sweep_group(cfg, run_dir),
+            tags=run_tags(cfg),
+            config=run_config(cfg, run_dir),
+            id=kept_run_id(run_dir / rundir.SWANLAB_ID),
+            resume="allow",
+        )
+        if "SWANLAB_LOG_DIR" not in os.environ:
+            init["log_dir"] = str(run_dir / "swanlog")
+        if "SWANLAB_MODE" not in os.environ:
+            mode = cfg.logger.mode
+            init["mode"] = ("online" if swanlab.Settings().api_key else "offline") if mode == "auto" else mode
+        self.run = swanlab.init(**init)
+
+    def ready(self) -> None:
+        pass
+
+    def finish(self, summary: dict, exit_code: int) -> None:
+        status = summary.get("status", "unknown")
+        step = int(summary.get("global_step") or 0)
+        self.run.log(_summary_metrics(summary), step=step)
+        self.run.config.update({"status": status})  # compare reads it back (config.yaml of the run)
+        if status == "completed":
+            self.run.finish(state="success")
+        elif status == "preempted":  # saved and stopped: it resumes into this run
+            self.run.finish(state="aborted")
+        else:
+            self.run.finish(state="crashed", error=status)
+
+
 class Trackers:
     """Several trackers as one: each is set up, readied and finished in turn."""
 
@@ -215,6 +266,7 @@ TRACKER_CLASSES = {
     "mlflow": MlflowTracker,
     "tensorboard": TensorBoardTracker,
     "trackio": TrackioTracker,
+    "swanlab": SwanLabTracker,
 }
 
 

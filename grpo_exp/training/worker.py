@@ -247,7 +247,7 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
     from grpo_exp.training import build, phases, probes, tracking
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
-    build.hide_unused_bitsandbytes(cfg)  # before anything imports transformers
+    build.hide_unused_libraries(cfg)  # before anything imports transformers
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
     # rank that wins the build lock may be another.
     build.model_path(cfg)

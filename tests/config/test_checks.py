@@ -80,6 +80,7 @@ MEANINGLESS_TRAINER = {
 }
 
 
+@pytest.mark.slow  # builds GRPOConfig: importing trl is ~4 s of make test-fast's budget on each worker
 @pytest.mark.parametrize("field", INVALID_TRAINER)
 def test_invalid_trainer_value_is_refused_by_trl_and_by_the_driver(field):
     value, refuse = INVALID_TRAINER[field]

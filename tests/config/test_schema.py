@@ -46,7 +46,7 @@ def test_every_group_has_options():
         "fsdp": 4,
         "peft": 3,
         "topology": 8,
-        "logger": 5,
+        "logger": 6,
         "launcher": 2,
         "experiment": 1,
     }

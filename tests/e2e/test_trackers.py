@@ -1,7 +1,8 @@
 """Trackers beside W&B, against the real thing: the session's one-process run logs to W&B (offline), a real
-MLflow tracking server on loopback (SQLite store) and TensorBoard at once; MLflow's client and TensorBoard's own
-event reader read back what the run's metrics.jsonl and summary.json hold, and compare reads the MLflow
-experiment as it reads run dirs."""
+MLflow tracking server on loopback (SQLite store), TensorBoard, trackio and SwanLab (offline) at once; MLflow's
+client, TensorBoard's event reader, trackio's storage and the reader `swanlab sync` uses read back what the run's
+metrics.jsonl and summary.json hold, and compare reads the MLflow experiment and SwanLab's runs as it reads run
+dirs."""
 
 import os
 
@@ -9,6 +10,7 @@ import pytest
 
 from grpo_exp.core import metrics, rundir
 from tests.conftest import MLFLOW_EXPERIMENT
+from tests.helpers import swanlab_records
 
 pytestmark = pytest.mark.e2e
 
@@ -95,3 +97,55 @@ def test_compare_reads_an_mlflow_experiment_as_it_reads_the_run_dir(trackers_run
     assert {k: remote[k] for k in shown} == pytest.approx({k: local[k] for k in shown})
     with pytest.raises(ValueError, match="no MLflow experiment 'nope'"):
         compare.load(["mlflow:nope"])
+
+
+@pytest.fixture
+def swanlab_run(one_rank_run):
+    import importlib.util
+
+    if importlib.util.find_spec("swanlab") is None:
+        pytest.skip("swanlab is not installed (pip install -e '.[dev]' has it)")
+    result, run_dir = one_rank_run
+    assert result.returncode == 0, result.stdout[-3000:]
+    return run_dir
+
+
+def test_swanlabs_offline_store_holds_the_run_every_step_and_the_summary(swanlab_run):
+    from omegaconf import OmegaConf
+    from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
+
+    from grpo_exp.training import tracking
+    from tests.helpers import SECRETS
+
+    run_dir = swanlab_run
+    records = swanlab_records(run_dir / "swanlog")
+    [start] = [r.start for r in records if r.WhichOneof("record_type") == "start"]
+    assert (start.project, start.name, start.group) == ("grpo_exp", run_dir.name, "default")
+    assert list(start.tags) == tracking.run_tags(OmegaConf.load(run_dir / rundir.CONFIG))
+    assert start.id == (run_dir / rundir.SWANLAB_ID).read_text().strip()  # a resumed run continues this one
+    scalars = {}
+    for record in records:
+        if record.WhichOneof("record_type") == "scalar":
+            scalars.setdefault(record.scalar.key, {})[record.scalar.step] = record.scalar.value.number
+    steps = rundir.read_metrics(run_dir)
+    key = metrics.memory("train", "host_rss_max")
+    assert scalars[f"train/{key}"] == pytest.approx({s["step"]: s[key] for s in steps})
+    summary = rundir.read_summary(run_dir)
+    assert scalars[metrics.plan_peak("train")] == pytest.approx(
+        {summary["global_step"]: summary[metrics.plan_peak("train")]}
+    )
+    [finish] = [r.finish for r in records if r.WhichOneof("record_type") == "finish"]
+    assert finish.state == RunState.RUN_STATE_FINISHED
+    stored = "".join(p.read_text(errors="replace") for p in (run_dir / "swanlog").rglob("*") if p.is_file())
+    assert SECRETS["SWANLAB_API_KEY"] not in stored
+
+
+def test_compare_reads_swanlabs_runs_as_it_reads_the_run_dir(swanlab_run):
+    from grpo_exp.results import compare
+
+    [remote] = compare.rows(compare.load([f"swanlab:{swanlab_run}"]))
+    [local] = compare.rows(compare.load([str(swanlab_run)]))
+    shown = ("run", "status", "peak GiB", "plan GiB", "tokens/s")
+    assert {k: remote[k] for k in shown} == pytest.approx({k: local[k] for k in shown})
+    with pytest.raises(ValueError, match="no SwanLab runs below"):
+        compare.load([f"swanlab:{swanlab_run / 'checkpoints'}"])

@@ -4,6 +4,7 @@ decoder layer, two sequences of 112 tokens, one left-padded as GRPO batches are)
 architecture x {fp32, fp32 + bf16 autocast, bf16} x {without, with activation checkpointing}
 within 10%."""
 
+import os
 from dataclasses import replace
 
 import pytest
@@ -13,14 +14,12 @@ from grpo_exp.planning import inputs, memory
 from grpo_exp.training.saved_bytes import ARCH_KEYS, measure
 from tests.helpers import CONF
 
-ARCHITECTURES = ["qwen0.5b", "qwen3-0.6b", "qwen1.5b", "qwen3-1.7b", "qwen3-4b"]
+ARCHITECTURES = ["qwen0.5b", "qwen3-0.6b", "qwen1.5b", "qwen3-1.7b"]
+# The same fit holds for wider ones (docs/memory-planner.md), at ~30 s (qwen3-4b) to minutes each on 2 cores:
+# GRPO_EXP_FIDELITY_LARGE=1 adds them.
+if os.environ.get("GRPO_EXP_FIDELITY_LARGE"):
+    ARCHITECTURES += ["qwen3-4b", "qwen7b", "llama8b"]
 SETTINGS = {"fp32": ("float32", False), "fp32+autocast": ("float32", True), "bf16": ("bfloat16", True)}
-# the same fit holds (docs/memory-planner.md); too big for CI's 2 cores
-ARCHITECTURES_SLOW = [
-    "qwen3-4b",
-    "qwen7b",
-    "llama8b",
-]
 BATCH, PROMPT, COMPLETION, PADDING = 2, 64, 48, 16
 # The vocabulary the measured models get: neither compared term depends on it (a decoder layer's saved
 # tensors; the head keeps per-token hidden states and statistics, its logits tile is never saved), yet a

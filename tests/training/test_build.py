@@ -6,9 +6,10 @@ from tests.helpers import REPO, compose_cfg
 
 
 @pytest.mark.slow  # a subprocess importing trl: ~6 s of make test-fast's budget
-def test_workers_that_do_not_quantize_never_import_bitsandbytes():
-    """Its import loads torch._inductor (~1.2 s of each worker's start); a quantized model or an 8-bit
-    optimizer keeps it (test_quantized_vision_eval trains QLoRA for real)."""
+def test_workers_never_import_the_libraries_their_run_does_not_use():
+    """bitsandbytes' import loads torch._inductor (~1.2 s of each worker's start), trl imports every installed
+    tracker; a quantized model or an 8-bit optimizer keeps bitsandbytes (test_quantized_vision_eval trains QLoRA for
+    real), the run's trackers and DeepSpeed's enabled monitors stay."""
     import subprocess
     import sys
 
@@ -16,13 +17,25 @@ def test_workers_that_do_not_quantize_never_import_bitsandbytes():
 
     code = (
         "import sys; from tests.helpers import compose_cfg; from grpo_exp.training import build; "
-        "hidden = build.hide_unused_bitsandbytes(compose_cfg()); from trl import GRPOTrainer; "
+        "hidden = build.hide_unused_libraries(compose_cfg('logger=mlflow')); from trl import GRPOTrainer; "
         "from transformers.utils import is_bitsandbytes_available; "
-        "print(hidden, sys.modules['bitsandbytes'] is None, is_bitsandbytes_available())"
+        "print(sorted(hidden), sys.modules['bitsandbytes'] is None, is_bitsandbytes_available(), "
+        "'mlflow' in sys.modules and sys.modules['mlflow'] is not None, sys.modules.get('wandb'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
-    assert out.stdout.strip().splitlines()[-1:] == ["True True False"], out.stdout[-2000:] + out.stderr[-2000:]
-    before = sys.modules.get("bitsandbytes", "absent")
-    assert not build.hide_unused_bitsandbytes(compose_cfg("peft=qlora"))
-    assert not build.hide_unused_bitsandbytes(compose_cfg("trainer.optim=paged_adamw_8bit"))
-    assert sys.modules.get("bitsandbytes", "absent") is before
+    expected = f"{sorted(['bitsandbytes', 'wandb', 'trackio', 'swanlab'])} True False True None"
+    assert out.stdout.strip().splitlines()[-1:] == [expected], out.stdout[-2000:] + out.stderr[-2000:]
+    assert "bitsandbytes" not in build.unused_libraries(compose_cfg("peft=qlora"))
+    assert "bitsandbytes" not in build.unused_libraries(compose_cfg("trainer.optim=paged_adamw_8bit"))
+    assert "wandb" not in build.unused_libraries(
+        compose_cfg("logger=none", "deepspeed=zero1", "+deepspeed.wandb.enabled=true")
+    )
+    assert build.unused_libraries(compose_cfg("logger=wandb", "logger.also=[trackio,mlflow,swanlab]")) == [
+        "bitsandbytes"
+    ]
+    before = dict(sys.modules)
+    assert build.hide_unused_libraries(compose_cfg("logger=none")) == [
+        name for name in build.unused_libraries(compose_cfg("logger=none")) if name not in before
+    ]
+    for name in set(sys.modules) - set(before):
+        del sys.modules[name]  # the test process imports them later as it likes

@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.slow  # importing trl: ~4 s of make test-fast's budget
+
 
 @pytest.fixture(scope="module")
 def measured_trainer():
