@@ -632,7 +632,14 @@ def test_a_recipes_own_fsdp_fields_become_the_fsdp_group(importer, fields, optio
 
 def test_report_to_becomes_the_logger_and_its_companions(importer):
     """TRL's report_to: the first tracker is logger=, the others logger.also (TensorBoard and MLflow run too)."""
+    from grpo_exp.config.checks import installed_trackers
+
     code, name = importer({**BASE, "report_to": ["tensorboard", "wandb"]}, ZERO2_3PROC)
     assert code == 0
     cfg, _ = placed(name)
     assert (cfg.logger.name, list(cfg.logger.also)) == ("tensorboard", ["wandb"])
+    code, name = importer({**BASE, "report_to": "all"}, ZERO2_3PROC)  # transformers: every tracker installed
+    assert code == 0
+    cfg, _ = placed(name)
+    assert [cfg.logger.name, *cfg.logger.also] == installed_trackers()
+    assert importer({**BASE, "report_to": ["comet_ml"]}, ZERO2_3PROC)[0] == 2
