@@ -46,12 +46,17 @@ TRACKER_LIBRARIES = ("wandb", "mlflow", "trackio", "swanlab")
 
 
 def unused_libraries(cfg: DictConfig) -> list[str]:
-    """Optional libraries this run never calls: bitsandbytes without quantized weights or a bitsandbytes
-    optimizer; each tracker that is neither one of the run's trackers nor a DeepSpeed monitor it enables."""
+    """Libraries this run never calls that transformers, accelerate or trl import whenever installed: bitsandbytes
+    without quantized weights or a bitsandbytes optimizer; peft without adapters; deepspeed without a ZeRO stage;
+    each tracker that is neither one of the run's trackers nor a DeepSpeed monitor it enables."""
     unused = []
     if cfg.model.get("quantization") is None and not any(w in cfg.trainer.optim for w in BITSANDBYTES_OPTIMIZERS):
         unused.append("bitsandbytes")
+    if not cfg.peft.enabled:
+        unused.append("peft")
     ds = deepspeed_dict(cfg) or {}
+    if not ds:
+        unused.append("deepspeed")
     monitors = {name for name, section in ds.items() if isinstance(section, dict) and section.get("enabled")}
     used = set(trackers(cfg)) | monitors
     return unused + [name for name in TRACKER_LIBRARIES if name not in used]
@@ -60,9 +65,9 @@ def unused_libraries(cfg: DictConfig) -> list[str]:
 def hide_unused_libraries(cfg: DictConfig) -> list[str]:
     """Make the libraries this run never calls look absent before transformers, peft and trl are imported: they
     import them whenever installed (peft.helpers imports bitsandbytes, which loads torch._inductor: ~1.2 s of
-    every worker's start on 2 cores; trl the trackers). `sys.modules[name] = None` is Python's own "not
-    importable": find_spec answers None, so the libraries take their paths without it. Returns what was hidden
-    (a library a process imported already stays: a test process)."""
+    every worker's start on 2 cores; trl the trackers and peft, transformers deepspeed: ~0.6 s more).
+    `sys.modules[name] = None` is Python's own "not importable": find_spec answers None, so the libraries take
+    their paths without it. Returns what was hidden (a library a process imported already stays: a test process)."""
     hidden = [name for name in unused_libraries(cfg) if name not in sys.modules]
     for name in hidden:
         sys.modules[name] = None

@@ -243,7 +243,7 @@ class SwanLabTracker:
         elif status == "preempted":  # saved and stopped: it resumes into this run
             self.run.finish(state="aborted")
         else:
-            self.run.finish(state="crashed", error=status)
+            self.run.finish(state="crashed", error=summary.get("error") or status)
 
 
 class Trackers:
