@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import EXTRA_FIELDS, SECRETS, compose_cfg, kill_all, run_driver, start_driver
+from tests.helpers import EXTRA_FIELDS, MLFLOW_EXPERIMENT, SECRETS, compose_cfg, kill_all, run_driver, start_driver
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # make test runs two workers on 2 cores: one torch thread each
     # (their training processes inherit it). Two processes with a thread per core each slow every op
@@ -126,9 +126,6 @@ def mlflow_server(tmp_path_factory):
     finally:
         os.killpg(server.pid, signal.SIGKILL)  # its store is the session's temp dir: nothing to flush
         server.wait(timeout=30)
-
-
-MLFLOW_EXPERIMENT = "one_rank_run"
 
 
 @pytest.fixture(scope="session")

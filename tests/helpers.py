@@ -199,6 +199,7 @@ def kill_all(processes) -> None:
 
 # Runs several tests read (tests/conftest.py makes them once per session): the secrets in one run's
 # environment, and the GRPOConfig fields beyond grpo_exp's YAML it sets.
+MLFLOW_EXPERIMENT = "one_rank_run"  # where the shared one-process run logs on the session's MLflow server
 SECRETS = {
     "WANDB_API_KEY": "marker-wandb-0f9e8d7c",
     "HF_TOKEN": "hf_marker_1a2b3c4d",

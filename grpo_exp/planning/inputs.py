@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import GIB
 from grpo_exp.core import packages
-from grpo_exp.planning import calibration, vllm_engine
+from grpo_exp.planning import calibration
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
@@ -74,7 +74,7 @@ class Inputs:
     quantized_params: int = 0
     compute_bytes: int = 2
     prequantized: bool = False
-    # The vLLM engine's shape (vllm_engine.py): TRL's for a colocated engine, the server's flags or vLLM's
+    # The vLLM engine's shape (_vllm_engine below): TRL's for a colocated engine, the server's flags or vLLM's
     # defaults for a server; the installed vLLM's version (None: not installed here, today's rules).
     vllm_batched_tokens: int = 4096
     vllm_max_seqs: int = 256
@@ -244,6 +244,15 @@ def _shard_group(cfg: DictConfig, plan) -> int:
     return max(1, plan.world_size)
 
 
+# vLLM's scheduler defaults for `vllm serve` (EngineArgs.get_batch_defaults, the OpenAI server's row):
+# (max_num_batched_tokens, max_num_seqs) on GPUs of at least 70 GiB, and below.
+SERVER_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
+# TRL 1.16 builds the colocated engine with max_num_batched_tokens=4096 (trl/generation/vllm_generation.py:
+# "Latest vLLM v1 memory profiler is misled by the high default value") and max_num_seqs = its share of a
+# generation batch.
+COLOCATE_BATCHED_TOKENS = 4096
+
+
 def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:
     """The Inputs fields of the vLLM engine's shape. Colocated: TRL builds it (4096 batched tokens,
     max_num_seqs = per-device batch x TP x steps per generation). Server: the vllm.* flags, else vLLM's
@@ -254,8 +263,8 @@ def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:
     if v.mode == "colocate":
         steps = t.steps_per_generation or t.gradient_accumulation_steps
         seqs = t.per_device_train_batch_size * v.tensor_parallel_size * steps
-        return {**shape, "vllm_batched_tokens": vllm_engine.COLOCATE_BATCHED_TOKENS, "vllm_max_seqs": seqs}
-    tokens, seqs = vllm_engine.server_batch_defaults(capacity)
+        return {**shape, "vllm_batched_tokens": COLOCATE_BATCHED_TOKENS, "vllm_max_seqs": seqs}
+    tokens, seqs = SERVER_DEFAULTS[capacity >= 70 * GIB]
     return {
         **shape,
         "vllm_batched_tokens": v.max_num_batched_tokens or tokens,

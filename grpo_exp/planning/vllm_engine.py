@@ -45,18 +45,6 @@ GRAPH_PER_LAYER = 0.2 * 2**20  # bytes per decoder layer per captured graph
 MAX_CAPTURE = 512  # vLLM caps the largest captured batch at min(2 x max_num_seqs, 512)
 # The server's weight transfer (TRL 1.16: vLLM's packed NCCL broadcast): 2 buffers of 1 GiB on each end.
 WEIGHT_SYNC_BUFFERS = 2 * GIB
-# vLLM's scheduler defaults for `vllm serve` (EngineArgs.get_batch_defaults, the OpenAI server's row):
-# (max_num_batched_tokens, max_num_seqs) on GPUs of at least 70 GiB, and below.
-SERVER_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
-# TRL 1.16 builds the colocated engine with max_num_batched_tokens=4096 (trl/generation/vllm_generation.py:
-# "Latest vLLM v1 memory profiler is misled by the high default value") and max_num_seqs = its share of a
-# generation batch (inputs.py computes it).
-COLOCATE_BATCHED_TOKENS = 4096
-
-
-def server_batch_defaults(capacity: float) -> tuple[int, int]:
-    """vLLM's (max_num_batched_tokens, max_num_seqs) for `vllm serve` on a GPU of `capacity` bytes."""
-    return SERVER_DEFAULTS[capacity >= 70 * GIB]
 
 
 def graphs_inside(version: tuple | None) -> bool:

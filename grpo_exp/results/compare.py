@@ -364,7 +364,9 @@ def html_report(runs: list[Run], path: Path, title: str) -> Path:
     table_html = console.export_html(
         code_format='<pre style="font-family: Menlo, monospace">{code}</pre>', inline_styles=True
     )
-    return page.write(runs, swept_keys(runs), table_html, path, title)
+    keys = swept_keys(runs)
+    grid = sweep_grid(runs, keys) if len(keys) >= 2 else None
+    return page.write(runs, grid, table_html, path, title)
 
 
 def report(

@@ -124,16 +124,15 @@ def steps_figure(runs: list):
     return fig
 
 
-def heatmap_figure(runs: list, keys: list[str]):
-    """Peak memory over the first two swept axes, each cell with its headroom against its capacity; failed cells
-    labelled with their status (and an OOM's phase); None without two swept axes."""
+def heatmap_figure(grid: tuple | None):
+    """Peak memory over the first two swept axes (compare.sweep_grid: the same grid as the PNG heatmap), each cell
+    with its headroom against its capacity; failed cells labelled with their status (and an OOM's phase); None
+    without two swept axes."""
     import plotly.graph_objects as go
 
-    if len(keys) < 2:
+    if grid is None:
         return None
-    from grpo_exp.results.compare import sweep_grid
-
-    xk, yk, xs, ys, cells = sweep_grid(runs, keys)
+    xk, yk, xs, ys, cells = grid
     z = [[None for _ in xs] for _ in ys]
     text = [["" for _ in xs] for _ in ys]
     for i, j, run, fitted in cells:
@@ -170,8 +169,9 @@ def heatmap_figure(runs: list, keys: list[str]):
     return fig
 
 
-def write(runs: list, keys: list[str], table_html: str, path: Path, title: str) -> Path:
-    """The report for `runs` (compare.Run) to `path`; `keys` are the swept ones, `table_html` compare's table."""
+def write(runs: list, grid: tuple | None, table_html: str, path: Path, title: str) -> Path:
+    """The report for `runs` (compare.Run) to `path`; `grid` the sweep's (compare.sweep_grid; None without two
+    swept axes), `table_html` compare's table."""
     from grpo_exp.results import report
 
     facts = "".join(
@@ -180,7 +180,7 @@ def write(runs: list, keys: list[str], table_html: str, path: Path, title: str) 
         + "</p>"
         for run in runs
     )
-    figures = [phase_figure(runs), component_figure(runs), steps_figure(runs), heatmap_figure(runs, keys)]
+    figures = [phase_figure(runs), component_figure(runs), steps_figure(runs), heatmap_figure(grid)]
     shown = [fig for fig in figures if fig is not None and fig.data]
     body = facts + "".join(_figure(fig, first=i == 0) for i, fig in enumerate(shown)) + "<h2>runs</h2>" + table_html
     path.write_text(_PAGE.format(title=html.escape(title), body=body))

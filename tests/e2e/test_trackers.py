@@ -9,8 +9,7 @@ import os
 import pytest
 
 from grpo_exp.core import metrics, rundir
-from tests.conftest import MLFLOW_EXPERIMENT
-from tests.helpers import swanlab_records
+from tests.helpers import MLFLOW_EXPERIMENT, swanlab_records
 
 pytestmark = pytest.mark.e2e
 

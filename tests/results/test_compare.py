@@ -37,7 +37,7 @@ def test_the_report_is_one_file_with_its_figures_headroom_and_the_table(tmp_path
     assert 'src="http' not in page and "Plotly.newPlot" in page  # plotly.js inline: no network to view it
     assert page.count('class="plotly-graph-div"') == 3  # phases, components, the heatmap (steps: none logged)
     # rows: batch 4, 8; columns: num_generations 2, 4; 24 GiB of capacity
-    batch4, batch8 = html_report.heatmap_figure(runs, compare.swept_keys(runs)).data[0].text
+    batch4, batch8 = html_report.heatmap_figure(compare.sweep_grid(runs, compare.swept_keys(runs))).data[0].text
     assert list(batch4) == ["10.00 GiB<br>14.0 GiB free", "23.30 GiB<br>0.7 GiB free<br>⚠ near capacity"]
     assert list(batch8) == ["16.00 GiB<br>8.0 GiB free", "OOM<br>in reward"]
     assert "14.0 GiB free" in page and "near capacity" in page
