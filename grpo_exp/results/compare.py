@@ -6,6 +6,7 @@ marked; a PNG), and a self-contained HTML report (html_report.py: the figures, i
     grpo-exp compare wandb:my-entity/grpo_exp --group batch_x_generations
     grpo-exp compare mlflow:default/multirun_2026-11-22_10-00-00_ab12    # at MLFLOW_TRACKING_URI
     grpo-exp compare swanlab:outputs/batch_x_generations                # SwanLab's offline runs below a dir
+    grpo-exp compare trackio:grpo_exp                                   # a trackio project (TRACKIO_DIR)
 
 Local run dirs need no W&B: everything comes from summary.json and .hydra/overrides.yaml.
 """
@@ -140,6 +141,29 @@ def load_swanlab(log_dir: str) -> list[Run]:
     ]
 
 
+def load_trackio(project: str) -> list[Run]:
+    """Runs of a trackio project in its local store (TRACKIO_DIR; logger=trackio): each run's latest metrics (the
+    summary it logged at its end included), and the overrides and status its config keeps."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    names = SQLiteStorage.get_runs(project)
+    if not names:
+        raise ValueError(f"no trackio runs in project {project!r} (its store: TRACKIO_DIR)")
+    out = []
+    for name in names:
+        latest: dict = {}
+        for row in SQLiteStorage.get_logs(project, name):
+            latest.update(row)
+        config = SQLiteStorage.get_run_config(project, name) or {}
+        out.append(
+            Run(name, values(config.get("overrides", [])), {**latest, "status": config.get("status", "unknown")})
+        )
+    return out
+
+
+TRACKER_SOURCES = ("wandb:", "mlflow:", "swanlab:", "trackio:")  # the others are run or sweep dirs
+
+
 def load(sources: list[str], group: str | None = None) -> list[Run]:
     runs = []
     for source in sources:
@@ -149,6 +173,8 @@ def load(sources: list[str], group: str | None = None) -> list[Run]:
             runs += load_mlflow(source.removeprefix("mlflow:"))
         elif source.startswith("swanlab:"):
             runs += load_swanlab(source.removeprefix("swanlab:"))
+        elif source.startswith("trackio:"):
+            runs += load_trackio(source.removeprefix("trackio:"))
         else:
             runs += load_local(Path(source))
     return runs
@@ -381,7 +407,7 @@ def report(
         apply_calibration(runs, calibration)
     title = ", ".join(sources)
     print_table(runs, title)
-    out = out or (Path(sources[0]) if not sources[0].startswith(("wandb:", "mlflow:", "swanlab:")) else Path("."))
+    out = out or (Path(".") if sources[0].startswith(TRACKER_SOURCES) else Path(sources[0]))
     out.mkdir(parents=True, exist_ok=True)
     png = heatmap(runs, out / "compare_heatmap.png")
     page = html_report(runs, out / "compare.html", title)
@@ -395,7 +421,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "sources",
         nargs="+",
-        help="multirun dir, run dirs, wandb:<entity>/<project>, mlflow:<experiment> or swanlab:<dir>",
+        help="multirun dir, run dirs, wandb:<entity>/<project>, mlflow:<experiment>, swanlab:<dir>, trackio:<project>",
     )
     parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
     parser.add_argument("--group", help="W&B group (a sweep) to select")

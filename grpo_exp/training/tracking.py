@@ -187,19 +187,25 @@ class TensorBoardTracker:
 
 class TrackioTracker:
     """trackio (local-first: an SQLite store under TRACKIO_DIR, its own default ~/.cache/huggingface/trackio)
-    through transformers' TrackioCallback, in project logger.project; finish() logs the summary into the same run
-    as one more step."""
+    through transformers' TrackioCallback, in project logger.project. The callback gives its run neither a group
+    nor our config, and trackio keeps a run's latest config: finish() adds the group, the config (the overrides,
+    swept values and tags, over what the callback kept) with the status, and logs the summary as one more step."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
         self.project, self.name = cfg.logger.project, cfg.run_name or run_dir.name
+        self.group = cfg.logger.group or sweep_group(cfg, run_dir)
+        self.config = {**run_config(cfg, run_dir), "tags": run_tags(cfg)}
 
     def ready(self) -> None:
         pass
 
     def finish(self, summary: dict, exit_code: int) -> None:
         import trackio
+        from trackio.sqlite_storage import SQLiteStorage
 
-        trackio.init(project=self.project, name=self.name, resume="must")
+        kept = {k: v for k, v in (SQLiteStorage.get_run_config(self.project, self.name) or {}).items() if k[0] != "_"}
+        config = {**kept, **self.config, "status": summary.get("status", "unknown")}
+        trackio.init(project=self.project, name=self.name, group=self.group, config=config, resume="must")
         trackio.log({**_summary_metrics(summary), "status_code": float(exit_code)})
         trackio.finish()
 

@@ -55,8 +55,9 @@ def test_tensorboard_events_hold_every_step_and_the_summary(trackers_run):
     assert scalars[f"summary/{metrics.plan_peak('train')}"] == pytest.approx([summary[metrics.plan_peak("train")]])
 
 
-def test_trackios_local_store_holds_every_step_and_the_summary(one_rank_run, trackio_dir):
-    """Read back by trackio's own storage API, in a process of its own (trackio fixes TRACKIO_DIR at import)."""
+def test_trackios_local_store_holds_the_run_every_step_and_the_summary(one_rank_run, trackio_dir):
+    """Read back by trackio's own storage API, in a process of its own (trackio fixes TRACKIO_DIR at import);
+    compare reads the project as it reads the run dir."""
     import json
     import subprocess
     import sys
@@ -66,16 +67,19 @@ def test_trackios_local_store_holds_every_step_and_the_summary(one_rank_run, tra
     result, run_dir = one_rank_run
     assert result.returncode == 0, result.stdout[-3000:]
     code = (
-        "import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
-        "print(json.dumps(SQLiteStorage.get_logs('grpo_exp', sys.argv[1])))"
+        "import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; "
+        "from grpo_exp.results import compare; rows = lambda source: compare.rows(compare.load([source])); "
+        "print(json.dumps([S.get_logs('grpo_exp', sys.argv[1]), S.get_run_config('grpo_exp', sys.argv[1]), "
+        "rows('trackio:grpo_exp'), rows(sys.argv[2])], default=str))"
     )
     read = subprocess.run(
-        [sys.executable, "-c", code, run_dir.name],
+        [sys.executable, "-c", code, run_dir.name, str(run_dir)],
         capture_output=True,
         text=True,
         env={**os.environ, "TRACKIO_DIR": str(trackio_dir)},
     )
-    logs = json.loads(read.stdout)
+    assert read.returncode == 0, read.stderr[-3000:]
+    logs, config, [remote], [local] = json.loads(read.stdout)
     key = f"train/{metrics.memory('train', 'host_rss_max')}"
     steps = rundir.read_metrics(run_dir)
     assert [row[key] for row in logs if key in row] == pytest.approx([s[key[len("train/") :]] for s in steps])
@@ -83,6 +87,11 @@ def test_trackios_local_store_holds_every_step_and_the_summary(one_rank_run, tra
     assert [row[metrics.plan_peak("train")] for row in logs if metrics.plan_peak("train") in row] == pytest.approx(
         [summary[metrics.plan_peak("train")]]
     )
+    assert (config["_Group"], config["status"], config["model"]["name"]) == ("default", "completed", "tiny")
+    assert "trainer.max_steps=2" in config["overrides"] and "model:tiny" in config["tags"]
+    assert "learning_rate" in config  # what TrackioCallback kept (TrainingArguments) stays beside ours
+    shown = ("run", "status", "peak GiB", "plan GiB", "tokens/s")
+    assert {k: remote[k] for k in shown} == pytest.approx({k: local[k] for k in shown})
 
 
 def test_compare_reads_an_mlflow_experiment_as_it_reads_the_run_dir(trackers_run, monkeypatch):
