@@ -64,8 +64,9 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
                 "pip install 'bitsandbytes>=0.50'",
             )
         )
+    missing = set(TRACKERS) - set(installed_trackers())  # an unknown name is check_trackers' problem
     for tracker in trackers(cfg):
-        if tracker in TRACKERS and tracker not in installed_trackers():  # an unknown name: check_trackers
+        if tracker in missing:
             key = "logger.name" if tracker == cfg.logger.name else "logger.also"
             problems.append(
                 Problem(key, f"{tracker} is not installed here", f"pip install 'grpo_exp[trackers]' (or {tracker})")

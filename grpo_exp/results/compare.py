@@ -115,7 +115,7 @@ def load_swanlab(log_dir: str) -> list[Run]:
         raise ValueError(f"no SwanLab runs below {log_dir} (run-*/run-<id>.swanlab)")
     runs: dict[str, dict] = {}
     for path in attempts:
-        run = runs.setdefault(path.stem.removeprefix("run-"), {"name": None, "scalars": {}, "state": None})
+        run = runs.setdefault(path.stem.removeprefix("run-"), {"name": None, "scalars": {}})
         reader = DataStoreReader()
         reader.open(path)
         for data in iter(reader.scan, None):
@@ -126,8 +126,6 @@ def load_swanlab(log_dir: str) -> list[Run]:
                 run["name"] = record.start.name
             elif kind == "scalar":
                 run["scalars"][record.scalar.key] = record.scalar.value.number
-            elif kind == "finish":
-                run["state"] = record.finish.state
         reader.close()
         config = yaml.safe_load((path.parent / "files" / "config.yaml").read_text()) or {}
         run["config"] = {key: entry["value"] for key, entry in config.items()}
@@ -161,22 +159,22 @@ def load_trackio(project: str) -> list[Run]:
     return out
 
 
-TRACKER_SOURCES = ("wandb:", "mlflow:", "swanlab:", "trackio:")  # the others are run or sweep dirs
+def tracker_loaders(group: str | None = None) -> dict:
+    """The sources that are a tracker's runs, by prefix, with their loaders (every other source is a run or
+    sweep dir); `group` selects a W&B group."""
+    return {
+        "wandb:": lambda project: load_wandb(project, group),
+        "mlflow:": load_mlflow,
+        "swanlab:": load_swanlab,
+        "trackio:": load_trackio,
+    }
 
 
 def load(sources: list[str], group: str | None = None) -> list[Run]:
-    runs = []
+    loaders, runs = tracker_loaders(group), []
     for source in sources:
-        if source.startswith("wandb:"):
-            runs += load_wandb(source.removeprefix("wandb:"), group)
-        elif source.startswith("mlflow:"):
-            runs += load_mlflow(source.removeprefix("mlflow:"))
-        elif source.startswith("swanlab:"):
-            runs += load_swanlab(source.removeprefix("swanlab:"))
-        elif source.startswith("trackio:"):
-            runs += load_trackio(source.removeprefix("trackio:"))
-        else:
-            runs += load_local(Path(source))
+        prefix = next((p for p in loaders if source.startswith(p)), None)
+        runs += loaders[prefix](source.removeprefix(prefix)) if prefix else load_local(Path(source))
     return runs
 
 
@@ -407,7 +405,7 @@ def report(
         apply_calibration(runs, calibration)
     title = ", ".join(sources)
     print_table(runs, title)
-    out = out or (Path(".") if sources[0].startswith(TRACKER_SOURCES) else Path(sources[0]))
+    out = out or (Path(".") if sources[0].startswith(tuple(tracker_loaders())) else Path(sources[0]))
     out.mkdir(parents=True, exist_ok=True)
     png = heatmap(runs, out / "compare_heatmap.png")
     page = html_report(runs, out / "compare.html", title)

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config.checks import trackers
+from grpo_exp.config.checks import TRACKERS, trackers
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir
+from grpo_exp.training import tracking
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ BITSANDBYTES_OPTIMIZERS = ("bnb", "8bit", "paged", "lion", "rmsprop_32bit", "ade
 
 # Trackers transformers and trl import whenever they are installed (trl's profiling and GRPOTrainer import wandb,
 # mlflow and trackio at import: ~1 s of a worker's start on 2 cores together), whether the run logs to them or not.
-TRACKER_LIBRARIES = ("wandb", "mlflow", "trackio", "swanlab")
+# TensorBoard is imported by its callback only.
+TRACKER_LIBRARIES = tuple(t for t in TRACKERS if t != "tensorboard")
 
 
 def unused_libraries(cfg: DictConfig) -> list[str]:
@@ -127,7 +129,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
         deepspeed=deepspeed_dict(cfg),
         **fsdp_fields(cfg),
         output_dir=str(run_dir / rundir.CHECKPOINTS),
-        run_name=cfg.run_name or run_dir.name,  # what every tracker calls the run (W&B's too)
+        run_name=tracking.run_name(cfg, run_dir),  # what every tracker calls the run (W&B's too)
         project=cfg.logger.project,  # trackio's project (W&B's comes with its run, tracking.py)
         seed=cfg.seed,
         use_cpu=use_cpu,

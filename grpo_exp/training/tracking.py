@@ -58,10 +58,18 @@ def swept_values(overrides: list[str]) -> dict:
     return {key: yaml.safe_load(value) for key, value in values(overrides).items()}
 
 
-def sweep_group(cfg: DictConfig, run_dir: Path) -> str:
-    """Runs of one sweep share a group: experiment/<sweep dir name>; a single run: the experiment."""
+def run_group(cfg: DictConfig, run_dir: Path) -> str:
+    """logger.group; else runs of one sweep share a group, experiment/<sweep dir name>; a single run: the
+    experiment. W&B's and SwanLab's group, MLflow's experiment, trackio's group."""
+    if cfg.logger.group:
+        return cfg.logger.group
     multirun = run_dir.parent / "multirun.yaml"
     return f"{cfg.experiment}/{run_dir.parent.name}" if multirun.exists() else cfg.experiment
+
+
+def run_name(cfg: DictConfig, run_dir: Path) -> str:
+    """What every tracker calls the run: run_name, else the run dir's name."""
+    return cfg.run_name or run_dir.name
 
 
 def run_config(cfg: DictConfig, run_dir: Path) -> dict:
@@ -92,8 +100,8 @@ class WandbTracker:
             resume="allow",
             project=cfg.logger.project,
             entity=cfg.logger.entity,
-            group=cfg.logger.group or sweep_group(cfg, run_dir),
-            name=cfg.run_name or run_dir.name,
+            group=run_group(cfg, run_dir),
+            name=run_name(cfg, run_dir),
             dir=str(run_dir),
             mode=wandb_mode(cfg),
             config=run_config(cfg, run_dir),
@@ -138,7 +146,7 @@ class MlflowTracker:
 
         os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{run_dir.resolve() / 'mlflow.db'}")
         os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")  # the URI stays out of train.log
-        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", cfg.logger.group or sweep_group(cfg, run_dir))
+        os.environ.setdefault("MLFLOW_EXPERIMENT_NAME", run_group(cfg, run_dir))
         tags = dict(tag.split(":", 1) for tag in run_tags(cfg) if ":" in tag)
         tags["overrides"] = json.dumps(rundir.read_overrides(run_dir))
         os.environ.setdefault("MLFLOW_TAGS", json.dumps(tags))
@@ -192,8 +200,8 @@ class TrackioTracker:
     swept values and tags, over what the callback kept) with the status, and logs the summary as one more step."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path):
-        self.project, self.name = cfg.logger.project, cfg.run_name or run_dir.name
-        self.group = cfg.logger.group or sweep_group(cfg, run_dir)
+        self.project, self.name = cfg.logger.project, run_name(cfg, run_dir)
+        self.group = run_group(cfg, run_dir)
         self.config = {**run_config(cfg, run_dir), "tags": run_tags(cfg)}
 
     def ready(self) -> None:
@@ -222,8 +230,8 @@ class SwanLabTracker:
 
         init = dict(
             project=os.environ.get("SWANLAB_PROJECT") or cfg.logger.project,
-            experiment_name=cfg.run_name or run_dir.name,
-            group=cfg.logger.group or sweep_group(cfg, run_dir),
+            experiment_name=run_name(cfg, run_dir),
+            group=run_group(cfg, run_dir),
             tags=run_tags(cfg),
             config=run_config(cfg, run_dir),
             id=kept_run_id(run_dir / rundir.SWANLAB_ID),
