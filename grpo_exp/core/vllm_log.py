@@ -13,6 +13,8 @@ vllm_startup_logs.yaml holds them, verbatim, with their sources):
                   GPU KV cache size: 492,912 tokens; Maximum concurrency for 4,096 tokens per request: 120.34x
     >= 0.21       Estimated CUDA graph memory: 0.37 GiB total; CUDA graph pool memory: 0.31 GiB (actual) ...
     all           Graph capturing finished in 4 secs, took 0.31 GiB
+    CPU build     Explicitly set (1.0/10.71) GiB for KV cache on node 0.  (VLLM_CPU_KVCACHE_SPACE / the node's RAM)
+                  CPU KV cache size: 4,194,304 tokens, Maximum concurrency for 512 tokens per request: 8192.00x
 
 Per figure the largest value over the lines found (TP workers and colocated ranks print one each; memory is
 planned by its maximum). GiB = 2**30 bytes, as vLLM prints them ("GB" in older lines is GiB too).
@@ -40,13 +42,14 @@ PATTERNS = {
     "kv_cache_gib": [
         r"Available KV cache memory: " + _NUMBER + r" ?GiB",
         r"the rest of the memory reserved for KV Cache is " + _NUMBER + r" ?GiB",
+        r"Explicitly set \(" + _NUMBER + r"/[\d.]+\) GiB for KV cache",
     ],
     "cuda_graphs_gib": [
         r"Estimated CUDA graph memory: " + _NUMBER + r" ?GiB",
         r"CUDA graph pool memory: " + _NUMBER + r" ?GiB \(actual\)",
         r"Graph capturing finished in [\d.]+ secs?, took " + _NUMBER + r" ?GiB",
     ],
-    "kv_tokens": [r"GPU KV cache size: " + _NUMBER + r" tokens"],
+    "kv_tokens": [r"[GC]PU KV cache size: " + _NUMBER + r" tokens"],
     "max_concurrency": [r"Maximum concurrency for [\d,]+ tokens per request: " + _NUMBER + r"x"],
     "max_model_len": [r"Maximum concurrency for " + _NUMBER + r" tokens per request"],
 }

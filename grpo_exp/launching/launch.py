@@ -14,19 +14,21 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import deque
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from grpo_exp import is_local_path, visible_devices
-from grpo_exp.core import outcome, rundir
+from grpo_exp.core import metrics, outcome, rundir
 from grpo_exp.core.outcome import Mismatch
-from grpo_exp.launching import oom_killer
+from grpo_exp.launching import oom_killer, vllm_server
 from grpo_exp.planning.placement import NodePlan
 
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this long (training: preemption.grace_s)
+TAIL_LINES = 15  # a vLLM server's last lines, quoted when it ends the run
 
 
 def visible_gpus() -> int:
@@ -85,6 +87,7 @@ class _Output:
         self.quiet = quiet
         self.lock = threading.Lock()
         self.threads: list[threading.Thread] = []
+        self.tails: dict[int, deque] = {}  # pid -> its last lines (a server that ends says why there)
 
     def _console(self, line: str) -> str | None:
         if not self.quiet:
@@ -95,8 +98,11 @@ class _Output:
         return line if self._OURS.match(line) else None
 
     def follow(self, proc: subprocess.Popen, prefix: str = "") -> None:
+        tail = self.tails[proc.pid] = deque(maxlen=TAIL_LINES)
+
         def pump():
             for line in proc.stdout:
+                tail.append(line)
                 with self.lock:
                     shown = self._console(line)
                     if shown is not None:
@@ -140,10 +146,10 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     Raises vllm_server.ServerNotReady if the server never became healthy (training not started),
     outcome.Mismatch if a dedicated serving node runs another config."""
     from grpo_exp.launching import serving
-    from grpo_exp.launching.vllm_server import health_url, wait_healthy
 
     output = _Output(log_path or run_dir / rundir.LOG, quiet=cfg.logger.console == "quiet")
     procs: list[subprocess.Popen] = []
+    server = server_memory = None
     code = outcome.EXIT_FAILED
     kills_before = None  # the kernel's OOM kills when training started (oom_killer.py)
     # SIGTERM (timeout, a workflow tool, SLURM preemption), SIGHUP (a closed terminal) and SIGUSR1/2
@@ -155,17 +161,25 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     }
     try:
         if "vllm" in node.commands:
+            if cfg.model.name_or_path is None:
+                _build_tiny_model(cfg)
             log.info("starting vLLM server on GPUs %s: %s", node.vllm_gpus, " ".join(node.commands["vllm"]))
             server = _start(node.commands["vllm"], process_env(cfg, node.env.get("vllm", {})))
             procs.append(server)
             output.follow(server, prefix="[vllm] ")
-            waited = wait_healthy(health_url(cfg), cfg.vllm.server_timeout, is_alive=lambda: server.poll() is None)
+            server_memory = vllm_server.ServerMemory(server.pid)
+            waited = vllm_server.wait_healthy(
+                vllm_server.health_url(cfg),
+                cfg.vllm.server_timeout,
+                is_alive=lambda: server.poll() is None,
+                log_tail=lambda: list(output.tails[server.pid]),
+            )
             log.info("vLLM server healthy after %.0fs", waited)
         if not node.train_procs:  # a dedicated serving node: serve until node 0 reports the run's end
             code = serving.serve_until_stopped(cfg, server, run_dir)
             return code
         if cfg.vllm.nodes:  # the server is the last node: start training once it answers
-            waited = wait_healthy(health_url(cfg), cfg.vllm.server_timeout)
+            waited = vllm_server.wait_healthy(vllm_server.health_url(cfg), cfg.vllm.server_timeout)
             log.info("serving node %s healthy after %.0fs", cfg.vllm.server_host, waited)
             if node.node_rank == 0:
                 serving.check_fingerprint(cfg)
@@ -174,7 +188,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         trainer = _start(node.commands["train"], process_env(cfg, node.env["train"], node.train_procs))
         procs.append(trainer)
         output.follow(trainer)
-        code = trainer.wait()
+        code = _wait(trainer, server, output)
         return code
     except KeyboardInterrupt:
         code = outcome.EXIT_INTERRUPTED
@@ -188,10 +202,45 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         for proc in reversed(procs):  # training first (it saves a checkpoint on SIGTERM), then its server
             stop(proc, cfg.preemption.grace_s if proc is procs[-1] and node.train_procs else STOP_GRACE_S)
         output.close()
+        if server_memory is not None:  # the server's processes together, beside the plan's vllm role
+            rundir.write_summary(run_dir, **{metrics.peak("vllm", "host_rss_max"): server_memory.stop() / 2**30})
         if kills_before is not None and code not in (outcome.EXIT_OK, outcome.EXIT_INTERRUPTED):
             _record_oom_kills(run_dir, node, code, log_path or run_dir / rundir.LOG, kills_before)
         if cfg.vllm.nodes and node.train_procs and node.node_rank == 0 and code != outcome.EXIT_HANG_PREVENTED:
             serving.send_stop(cfg, outcome.status_of(run_dir, code))
+
+
+def _wait(trainer: subprocess.Popen, server: subprocess.Popen | None, output: _Output) -> int:
+    """The training processes' exit code; a server on this node that exits first ends the run (ServerDied, with its
+    last lines) instead of leaving the trainers to wait on it."""
+    while True:
+        try:
+            return trainer.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        if server is not None and server.poll() is not None:
+            raise vllm_server.ServerDied(
+                vllm_server.with_log_tail(
+                    f"the vLLM server exited with code {server.returncode} while training ran",
+                    list(output.tails[server.pid]),
+                )
+            )
+
+
+def _build_tiny_model(cfg: DictConfig) -> None:
+    """The tiny model's directory, built before a server loads it (the training ranks find it built). A process
+    of its own: the driver does not import torch."""
+    from omegaconf import OmegaConf
+
+    built = subprocess.run(
+        [sys.executable, "-m", "grpo_exp.training.tiny"],
+        input=OmegaConf.to_yaml(cfg),
+        capture_output=True,
+        text=True,
+        env=process_env(cfg, {}),
+    )
+    if built.returncode:
+        raise RuntimeError(f"building the tiny model failed:\n{built.stderr[-2000:]}")
 
 
 def _record_oom_kills(run_dir: Path, node: NodePlan, code: int, log_path: Path, kills_before: int) -> None:

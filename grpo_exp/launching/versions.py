@@ -36,10 +36,9 @@ def problems(cfg: DictConfig, serves: bool, trains: bool) -> list[Problem]:
     found = []
     if trains:
         found.append(_outside("trainer", "trl", packages.declared("trl", "transformers")))
-    uses_vllm = cfg.vllm.mode != "off" and cfg.vllm.standin is None
-    if uses_vllm and (serves or (trains and cfg.vllm.mode == "colocate")):
+    if cfg.vllm.mode != "off" and (serves or (trains and cfg.vllm.mode == "colocate")):
         found.append(_outside("vllm.mode", "trl", packages.declared("trl", "vllm", extra="vllm")))
-        found.append(_outside("vllm.mode", "vllm", packages.declared("vllm", "transformers")))
+        found.append(_outside("vllm.mode", "vllm", packages.declared(packages.vllm_dist(), "transformers")))
     return [p for p in found if p is not None]
 
 

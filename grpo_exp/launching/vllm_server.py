@@ -4,6 +4,7 @@ a deadline, and a stop. Started by the launcher in the run's process group, on t
 plan reserved.
 """
 
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -13,11 +14,63 @@ from omegaconf import DictConfig
 from grpo_exp.core.outcome import LaunchFailed
 from grpo_exp.planning.placement import bind_address, serve_command
 
-__all__ = ["ServerNotReady", "bind_address", "serve_command", "health_url", "wait_healthy"]
+__all__ = [
+    "ServerDied",
+    "ServerNotReady",
+    "ServerMemory",
+    "bind_address",
+    "serve_command",
+    "health_url",
+    "wait_healthy",
+]
 
 
 class ServerNotReady(LaunchFailed):
     """The vLLM server never answered /health (it exited, or vllm.server_timeout passed)."""
+
+
+class ServerDied(LaunchFailed):
+    """The vLLM server exited while training ran: the trainers would wait on it until their timeouts."""
+
+
+def with_log_tail(message: str, tail: list[str]) -> str:
+    """`message` with the server's last log lines, which say why it ended."""
+    return message + (":\n  " + "\n  ".join(line.rstrip() for line in tail) if tail else "; see train.log")
+
+
+class ServerMemory:
+    """The peak resident memory of the server's processes together (the API server, the engine core, its workers):
+    psutil over the process tree, sampled every `interval_s` on a thread until stop()."""
+
+    def __init__(self, pid: int, interval_s: float = 0.5):
+        import psutil
+
+        self.root, self.peak_bytes = psutil.Process(pid), 0
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(interval_s,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, interval_s: float) -> None:
+        import psutil
+
+        while not self._stopped.wait(interval_s):
+            try:
+                tree = [self.root, *self.root.children(recursive=True)]
+            except psutil.Error:  # the server is gone
+                return
+            total = 0
+            for proc in tree:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:  # a process that ended between the listing and the read
+                    pass
+            self.peak_bytes = max(self.peak_bytes, total)
+
+    def stop(self) -> float:
+        """Stop sampling; the peak in bytes."""
+        self._stopped.set()
+        self._thread.join(timeout=5)
+        return self.peak_bytes
 
 
 def health_url(cfg: DictConfig) -> str:
@@ -25,14 +78,15 @@ def health_url(cfg: DictConfig) -> str:
     return f"http://{cfg.vllm.server_host or '127.0.0.1'}:{cfg.vllm.server_port}/health"
 
 
-def wait_healthy(url: str, timeout_s: float, is_alive=lambda: True, poll_s: float = 1.0) -> float:
+def wait_healthy(url: str, timeout_s: float, is_alive=lambda: True, poll_s: float = 1.0, log_tail=list) -> float:
     """Block until `url` answers 200; returns the seconds waited. Raises ServerNotReady with the
-    reason (died, or the deadline passed) instead of letting training hang on a dead server."""
+    reason (died, or the deadline passed) and the server's last log lines (`log_tail()`) instead of letting
+    training hang on a dead server."""
     started = time.time()
     last_error = "no answer yet"
     while time.time() - started < timeout_s:
         if not is_alive():
-            raise ServerNotReady(f"the vLLM server exited before answering {url}; see train.log")
+            raise ServerNotReady(with_log_tail(f"the vLLM server exited before answering {url}", log_tail()))
         try:
             with urllib.request.urlopen(url, timeout=poll_s) as response:
                 if response.status == 200:
@@ -42,6 +96,9 @@ def wait_healthy(url: str, timeout_s: float, is_alive=lambda: True, poll_s: floa
             last_error = str(getattr(exc, "reason", exc))
         time.sleep(poll_s)
     raise ServerNotReady(
-        f"the vLLM server did not answer {url} within vllm.server_timeout={timeout_s:g}s ({last_error}); "
-        "raise vllm.server_timeout for large models, or check the server's log in train.log"
+        with_log_tail(
+            f"the vLLM server did not answer {url} within vllm.server_timeout={timeout_s:g}s ({last_error}); "
+            "raise vllm.server_timeout for large models. Its last lines",
+            log_tail(),
+        )
     )

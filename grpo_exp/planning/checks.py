@@ -108,12 +108,8 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
         problems += check_serving_nodes(cfg, plan)
     elif v.mode == "server":
         gpus = v.gpus or 1
-        if plan.gpus_per_node == 0 and cfg.vllm.standin is None:
-            problems.append(
-                Problem("vllm.mode", "server mode needs GPUs; this topology has none", "use vllm=off on CPU")
-            )
-        elif plan.gpus_per_node == 0:
-            pass  # the CPU rehearsal's stand-in server
+        if plan.gpus_per_node == 0:
+            pass  # a CPU server: one engine beside the CPU ranks, no GPUs to reserve
         elif gpus % v.tensor_parallel_size:
             problems.append(
                 Problem(
@@ -132,14 +128,10 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
                     "vllm=colocate",
                 )
             )
-        if cfg.model.name_or_path is None:
-            problems.append(
-                Problem(
-                    "vllm.mode",
-                    "the vLLM server loads the model by name; the tiny model has none",
-                    "use a real model (model=qwen0.5b) or vllm=off",
-                )
-            )
+    if v.mode == "server":
+        problems += check_weight_sync(cfg, plan)
+    if v.mode != "off" and plan.device == "cpu":
+        problems += check_cpu_engine(cfg)
     if cfg.fsdp.enabled and cfg.fsdp.cpu_offload and plan.device == "cpu":
         problems.append(
             Problem(
@@ -156,6 +148,48 @@ def check_topology(cfg: DictConfig, plan) -> list[Problem]:
                 f"{v.tensor_parallel_size} does not divide the world size {plan.world_size}; colocated vLLM groups "
                 "ranks by it",
                 "use a divisor of the world size",
+            )
+        )
+    return problems
+
+
+WEIGHT_SYNCS = ("auto", "nccl", "filesystem")
+
+
+def check_weight_sync(cfg: DictConfig, plan) -> list[Problem]:
+    """vllm.weight_sync: NCCL needs CUDA on both ends (TRL's init_communicator refuses any other device)."""
+    v = cfg.vllm
+    if v.weight_sync not in WEIGHT_SYNCS:
+        return [Problem("vllm.weight_sync", f"is '{v.weight_sync}'", f"use one of: {', '.join(WEIGHT_SYNCS)}")]
+    if v.weight_sync == "nccl" and plan.device == "cpu":
+        return [
+            Problem(
+                "vllm.weight_sync",
+                "is nccl, which needs CUDA on the trainer and the server (TRL's weight transfer refuses other "
+                "devices); these ranks train on CPU",
+                "set vllm.weight_sync=filesystem (auto picks it on CPU)",
+            )
+        ]
+    return []
+
+
+def check_cpu_engine(cfg: DictConfig) -> list[Problem]:
+    """vLLM's CPU build (colocated or served on CPU ranks)."""
+    v, problems = cfg.vllm, []
+    if v.cpu_kv_cache_gib < 1:
+        problems.append(
+            Problem(
+                "vllm.cpu_kv_cache_gib",
+                f"is {v.cpu_kv_cache_gib}; vLLM's CPU build takes its KV cache in whole GiB",
+                "set vllm.cpu_kv_cache_gib=1 or more",
+            )
+        )
+    if v.enable_sleep_mode:
+        problems.append(
+            Problem(
+                "vllm.enable_sleep_mode",
+                "sleep mode frees CUDA memory (TRL calls torch.cuda.empty_cache around it); these ranks run on CPU",
+                "set vllm.enable_sleep_mode=false on CPU",
             )
         )
     return problems
@@ -205,10 +239,6 @@ def check_serving_nodes(cfg: DictConfig, plan) -> list[Problem]:
                 f"is {v.gpus}, but with vllm.nodes=1 the serving node serves on all its {gpus} GPUs",
                 "set vllm.gpus=null, or vllm.nodes=0 to serve on vllm.gpus of node 0",
             )
-        )
-    if gpus == 0 and cfg.vllm.standin is None:
-        problems.append(
-            Problem("vllm.nodes", "a serving node needs GPUs; this topology has none", "use vllm=off on CPU")
         )
     return problems
 

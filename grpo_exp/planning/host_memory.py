@@ -15,9 +15,9 @@ On CPU ranks the per-rank plan is host memory already: a node holds its ranks' p
 from dataclasses import dataclass
 
 from grpo_exp import GIB
-from grpo_exp.planning import calibration
+from grpo_exp.planning import calibration, vllm_engine
 from grpo_exp.planning.inputs import Inputs
-from grpo_exp.planning.memory import RoleEstimate
+from grpo_exp.planning.memory import RoleEstimate, sync_copy_bytes
 
 # Resident host memory of one process before any tensor of the run: Python, torch, transformers and trl
 # (0.5 GiB, measured here on CPU ranks: memory.CPU_RUNTIME), and for a GPU rank the CUDA driver, cuBLAS /
@@ -99,8 +99,13 @@ def estimate_node(x: Inputs, gpu: RoleEstimate, node: int, ranks: int, serves: i
         # vLLM sleep mode (colocated): level 1 parks the engine's weights in host RAM between generations
         colocated_weights = x.base_weight_bytes(2 if not x.prequantized else None) / x.vllm_tp
         c["vllm_sleeping_weights"] = ranks * colocated_weights if x.vllm_mode == "colocate" and x.vllm_sleep else 0.0
+        # vllm.weight_sync=filesystem: global rank 0 (node 0) copies the policy to host RAM and writes it
+        files = node == 0 and ranks and x.vllm_mode == "server" and x.weight_sync == "filesystem"
+        c["weight_sync_copy"] = sync_copy_bytes(x) if files else 0.0
     else:
         c["training_processes"] = ranks * gpu.peak  # the per-process plan is host RAM (runtime included)
+        if serves:  # a vLLM server on CPU: its engine is host RAM too
+            c["vllm_server"] = vllm_engine.estimate(x, server=True).peak
     for name, value in offloaded_per_rank(x).items():  # host RAM on either device (the GPU plan left it out)
         c[name] = ranks * value
     c["checkpoint_load"] = _checkpoint_load(x, ranks, node)

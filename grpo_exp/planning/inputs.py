@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import GIB
 from grpo_exp.core import packages
-from grpo_exp.planning import calibration
+from grpo_exp.planning import calibration, placement
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
@@ -82,6 +82,9 @@ class Inputs:
     vllm_kv_dtype: str = "auto"
     vllm_kv_memory: int | None = None
     vllm_version: tuple | None = None
+    vllm_dtype_bytes: int = 2  # what vLLM serves: dtype=auto makes an fp32 checkpoint bf16; a server's --dtype
+    vllm_cpu_kv_bytes: float = 2**30  # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE (vllm.cpu_kv_cache_gib)
+    weight_sync: str = "nccl"  # a server's: nccl | filesystem (placement.weight_sync)
 
     @property
     def kv_dim(self) -> int:
@@ -233,6 +236,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         tied=bool(m.tie_word_embeddings),
         calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
         **_quantization(cfg),
+        weight_sync=placement.weight_sync(v, plan.device),
         **_vllm_engine(cfg, capacity),
     )
 
@@ -259,7 +263,7 @@ def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:
     `vllm serve` defaults for this GPU size."""
     v, t = cfg.vllm, cfg.trainer
     installed = packages.installed("vllm")
-    shape = {"vllm_version": installed.release if installed else None}
+    shape = {"vllm_version": installed.release if installed else None, "vllm_cpu_kv_bytes": v.cpu_kv_cache_gib * GIB}
     if v.mode == "colocate":
         steps = t.steps_per_generation or t.gradient_accumulation_steps
         seqs = t.per_device_train_batch_size * v.tensor_parallel_size * steps
@@ -267,6 +271,7 @@ def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:
     tokens, seqs = SERVER_DEFAULTS[capacity >= 70 * GIB]
     return {
         **shape,
+        "vllm_dtype_bytes": DTYPE_BYTES[cfg.model.dtype],  # the server's --dtype is model.dtype
         "vllm_batched_tokens": v.max_num_batched_tokens or tokens,
         "vllm_max_seqs": v.max_num_seqs or seqs,
         "vllm_eager": bool(v.enforce_eager),

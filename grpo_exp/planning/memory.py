@@ -246,8 +246,13 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         vllm_awake = engine.peak
         vllm_resident = vllm_engine.residual_asleep(engine) if x.vllm_sleep else vllm_awake
     c["vllm_colocated"] = vllm_awake
-    # vllm=server: rank 0 streams the weights to the server through NCCL buffers of its own
-    c["weight_sync_buffers"] = vllm_engine.WEIGHT_SYNC_BUFFERS if x.vllm_mode == "server" else 0.0
+    # vllm=server: rank 0 streams the weights to the server through NCCL buffers of its own, or (filesystem) holds a
+    # host copy of the whole model while it writes it: this process's memory on a CPU rank, host RAM beside a GPU
+    server = x.vllm_mode == "server"
+    c["weight_sync_buffers"] = vllm_engine.WEIGHT_SYNC_BUFFERS if server and x.weight_sync == "nccl" else 0.0
+    c["weight_sync_copy"] = (
+        sync_copy_bytes(x) if server and x.weight_sync == "filesystem" and x.device == "cpu" else 0.0
+    )
     c["runtime"] = (
         CUDA_CONTEXT if x.device == "cuda" else (CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME)
     )
@@ -284,11 +289,18 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         + (min(x.allgather_bucket, x.lora_params or x.params) * wb if x.zero_stage in (1, 2) else 0.0),
     }
     if x.vllm_mode == "server":  # before each generation, after the optimizer step: what the sync holds on rank 0
-        phases["weight_sync"] = persistent + c["zero3_gather"] + c["fsdp_full_tensor"] + c["weight_sync_buffers"]
+        sync = c["weight_sync_buffers"] + c["weight_sync_copy"]
+        phases["weight_sync"] = persistent + c["zero3_gather"] + c["fsdp_full_tensor"] + sync
     torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
     phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
     c["allocator_reserve"] = FRAGMENTATION * max(torch_part.values())
     return RoleEstimate(c, phases, x.capacity)
+
+
+def sync_copy_bytes(x: Inputs) -> float:
+    """vllm.weight_sync=filesystem: rank 0's copy of the whole policy (LoRA merged) in model.dtype, written as
+    safetensors (training/weight_sync.py): the bytes each sync writes and the server reads."""
+    return x.params * x.dtype_bytes
 
 
 def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
@@ -329,7 +341,7 @@ def _admit_colocated(x: Inputs, train: RoleEstimate) -> None:
     max_model_len sequence. A colocated engine that cannot start is an OOM verdict, with its reason."""
     engine = vllm_engine.estimate(x, server=False)
     free = x.capacity - resident_at_engine_start(x, train)
-    if free < engine.budget:
+    if free < engine.budget and x.device == "cuda":  # vLLM's init_device check is a GPU's
         largest = int(100 * free / x.capacity) / 100 - 0.01
         train.notes.append(
             f"vLLM cannot start: the trainer holds {(x.capacity - free) / GIB:.2f} GiB when the engine starts "

@@ -56,7 +56,7 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
     # read, and a 512-node plan reads them per node.
     topo, vllm = SimpleNamespace(**OmegaConf.to_container(cfg.topology, resolve=True)), cfg.vllm
     gpus = gpus_per_node(cfg, detected_gpus)
-    server = vllm.mode == "server" and (gpus > 0 or vllm.standin is not None)
+    server = vllm.mode == "server"
     dedicated = vllm.nodes if server else 0  # serving nodes, the last ones
     serving_node = (topo.nnodes - 1 if dedicated else 0) if server else None
     reserved = (gpus if dedicated else (vllm.gpus or 1)) if server else 0
@@ -67,19 +67,23 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
             continue
         leaves_idle = reserved if not dedicated and (node_rank == 0 or topo.symmetric) else 0
         train_gpus = list(range(leaves_idle, gpus))
-        vllm_gpus = list(range(reserved)) if node_rank == serving_node else []
+        vllm_gpus = list(range(min(reserved, gpus))) if node_rank == serving_node else []  # none on CPU
         procs = len(train_gpus) if gpus else topo.cpu_procs
         nodes.append(NodePlan(node_rank, procs, train_gpus, vllm_gpus))
     world_size = sum(n.train_procs for n in nodes)
+    device = "cuda" if gpus else "cpu"
     for node in nodes:
-        node.env = _env(topo, node)
+        serves = server and node.node_rank == serving_node
+        node.env = _env(topo, node, serve_env(cfg, device) if serves else None)
+        if vllm.mode == "colocate" and device == "cpu":  # the engine inside each training process
+            node.env["train"].update(vllm_cpu_env(cfg))
         if node.train_procs:
             node.commands["train"] = train_command(topo, node, config_path, training_nodes=topo.nnodes - dedicated)
-        if node.vllm_gpus or (server and node.node_rank == serving_node):
-            node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)))
+        if serves:
+            node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)), device)
     return Plan(
         world_size=world_size,
-        device="cuda" if gpus else "cpu",
+        device=device,
         gpus_per_node=gpus,
         nodes=nodes,
         vllm={
@@ -88,19 +92,69 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
             "nodes": dedicated,
             "gpus": reserved,
             "tensor_parallel_size": vllm.tensor_parallel_size,
+            "weight_sync": weight_sync(vllm, device) if server else None,
         },
     )
 
 
+def weight_sync(vllm: DictConfig, device: str) -> str:
+    """vllm.weight_sync with auto decided: TRL's NCCL engine on GPUs, files on CPU (NCCL needs CUDA)."""
+    if vllm.weight_sync != "auto":
+        return vllm.weight_sync
+    return "nccl" if device == "cuda" else "filesystem"
+
+
+# What vLLM's CPU build needs beyond the argv and environment a GPU node gets, each with its reason (the plan
+# prints them; vllm_cpu_env below is the one place they are applied, for the server and colocated engines alike).
+def cpu_notes(cfg: DictConfig) -> list[str]:
+    return [
+        f"VLLM_CPU_KVCACHE_SPACE={cfg.vllm.cpu_kv_cache_gib}: vLLM's CPU build sizes its KV cache in GiB of host RAM "
+        "(vllm.cpu_kv_cache_gib), not from gpu_memory_utilization",
+    ]
+
+
+CPU_ENV_KEYS = ("VLLM_CPU_KVCACHE_SPACE",)
+
+
+def vllm_cpu_env(cfg: DictConfig) -> dict[str, str]:
+    """The environment a vLLM engine on CPU needs (cpu_notes says why)."""
+    return {"VLLM_CPU_KVCACHE_SPACE": str(cfg.vllm.cpu_kv_cache_gib)}
+
+
+def serve_env(cfg: DictConfig, device: str) -> dict[str, str]:
+    """The server's environment: TRL's dev mode, and on CPU what vLLM's CPU build needs."""
+    return {**SERVER_ENV, **(vllm_cpu_env(cfg) if device == "cpu" else {})}
+
+
 # `trl vllm-serve` (1.16) only runs vLLM's own server with this set: the weight-transfer and prefix-cache
 # endpoints TRL's client uses live behind vLLM's dev mode (trl/scripts/vllm_serve.py, main).
-SERVER_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
+SERVER_ENV = {
+    "VLLM_SERVER_DEV_MODE": "1",
+    # the engine's start-up INFO lines carry the figures a run reports (core/vllm_log.py); importing trl (the driver
+    # does, to build this argv) sets VLLM_LOGGING_LEVEL=ERROR in its environment, which the server would inherit
+    "VLLM_LOGGING_LEVEL": "INFO",
+}
 # vllm.* server flags TRL's serve script does not name: forwarded to `vllm serve` as its own options.
 SERVER_EXTRA_FLAGS = {
     "max_num_seqs": "--max-num-seqs",
     "max_num_batched_tokens": "--max-num-batched-tokens",
     "kv_cache_memory_bytes": "--kv-cache-memory",
 }
+
+
+def served_model(cfg: DictConfig) -> str:
+    """What the server loads: the model's hub id or directory; the tiny model's local directory (built by the driver
+    before it starts the server, launching/launch.py)."""
+    if cfg.model.name_or_path is not None:
+        return cfg.model.name_or_path
+    from grpo_exp.config import env
+    from grpo_exp.config.model_info import tiny_model_path
+
+    return str(tiny_model_path(cfg.model, tools=env.active(cfg)))
+
+
+# vllm.weight_sync=filesystem: the worker extension the server reloads the policy with (named, not imported here)
+FILESYSTEM_SYNC_EXTENSION = "grpo_exp.training.vllm_worker.FilesystemSync"
 
 
 def serve_arguments(cfg: DictConfig, gpus: int):
@@ -110,7 +164,7 @@ def serve_arguments(cfg: DictConfig, gpus: int):
 
     v = cfg.vllm
     return ScriptArguments(
-        model=cfg.model.name_or_path or cfg.model.name,  # the tiny model has no name: only a stand-in serves it
+        model=served_model(cfg),
         tensor_parallel_size=v.tensor_parallel_size,
         data_parallel_size=max(1, gpus // v.tensor_parallel_size),
         host=bind_address(cfg),
@@ -125,17 +179,18 @@ def serve_arguments(cfg: DictConfig, gpus: int):
     )
 
 
-def serve_command(cfg: DictConfig, gpus: int) -> list[str]:
+def serve_command(cfg: DictConfig, gpus: int, device: str = "cuda") -> list[str]:
     """`vllm serve` exactly as TRL 1.16 starts it (trl.scripts.vllm_serve.build_command: TRL's weight transfer
-    and logprobs flags, whatever the installed trl adds), run with SERVER_ENV; `trl vllm-serve` itself is
-    deprecated and only execs this. vllm.standin's command takes the place of the interpreter and module
-    (the CPU rehearsal of a serving node)."""
+    and logprobs flags, whatever the installed trl adds), run with serve_env(); `trl vllm-serve` itself is
+    deprecated and only execs this. vllm.weight_sync=filesystem adds the worker extension it reloads with. On CPU
+    the argv is the same: what vLLM's CPU build needs is its environment (cpu_notes)."""
     from trl.scripts.vllm_serve import build_command
 
     v = cfg.vllm
     extra = [a for key, flag in SERVER_EXTRA_FLAGS.items() if v[key] is not None for a in (flag, str(v[key]))]
-    argv = build_command(serve_arguments(cfg, gpus), extra)
-    return [*shlex.split(v.standin), *argv[argv.index("serve") :]] if v.standin else argv
+    if weight_sync(v, device) == "filesystem":  # the server's side of the sync (training/vllm_worker.py)
+        extra += ["--worker-extension-cls", FILESYSTEM_SYNC_EXTENSION]
+    return build_command(serve_arguments(cfg, gpus), extra)
 
 
 def bind_address(cfg: DictConfig) -> str:
@@ -149,7 +204,7 @@ def bind_address(cfg: DictConfig) -> str:
     return "127.0.0.1" if cfg.topology.nnodes == 1 else str(cfg.topology.master_addr)
 
 
-def _env(topo: SimpleNamespace, node: NodePlan) -> dict[str, dict[str, str]]:
+def _env(topo: SimpleNamespace, node: NodePlan, serving: dict[str, str] | None) -> dict[str, dict[str, str]]:
     train = {
         "MASTER_ADDR": str(topo.master_addr),
         "MASTER_PORT": str(topo.master_port),
@@ -163,8 +218,9 @@ def _env(topo: SimpleNamespace, node: NodePlan) -> dict[str, dict[str, str]]:
         train["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
         train["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "1"  # a dead peer aborts collectives instead of hanging
         train["GRPO_EXP_VLLM_GPUS"] = ",".join(map(str, node.vllm_gpus))  # for the worker's startup guard
-    if node.vllm_gpus:
-        env["vllm"] = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, node.vllm_gpus)), **SERVER_ENV}
+    if serving is not None:
+        gpus = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, node.vllm_gpus))} if node.vllm_gpus else {}
+        env["vllm"] = {**gpus, **serving}
     return env
 
 
@@ -215,7 +271,11 @@ def _node_lines(n: NodePlan) -> list[str]:
         else f"{n.train_procs} training process(es) on {gpus}{vllm}"
     )
     lines = [f"  node {n.node_rank}: {role}"]
-    shown = ("CUDA_VISIBLE_DEVICES", *SERVER_ENV)  # what a user re-running a command by hand must set too
+    shown = (
+        "CUDA_VISIBLE_DEVICES",
+        "VLLM_SERVER_DEV_MODE",
+        *CPU_ENV_KEYS,
+    )  # what a user re-running a command by hand must set too
     for role, argv in n.commands.items():
         env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k in shown)
         lines.append(f"    {role}: {env + ' ' if env else ''}{shlex.join(argv)}")

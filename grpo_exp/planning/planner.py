@@ -14,11 +14,11 @@ from omegaconf import DictConfig
 
 from grpo_exp import GIB
 from grpo_exp.config import env
-from grpo_exp.planning import host_memory, vllm_engine
+from grpo_exp.planning import host_memory, placement, vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
 from grpo_exp.planning.inputs import Inputs, host_capacity_bytes, inputs
-from grpo_exp.planning.memory import estimate
+from grpo_exp.planning.memory import estimate, sync_copy_bytes
 
 
 def plan_and_estimate(cfg: DictConfig, gpus: int, config_path: str = "config.yaml"):
@@ -36,7 +36,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     """The memory part of plan.json."""
     x = inputs(cfg, plan)
     e = estimate(x)
-    nodes = [(n.train_procs, len(n.vllm_gpus)) for n in plan.nodes]
+    nodes = [(n.train_procs, max(len(n.vllm_gpus), "vllm" in n.commands)) for n in plan.nodes]  # a CPU server: 1
     hosts = host_memory.estimate(x, e.train, nodes, host_capacity_bytes(cfg, plan))
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     errors += [line for node in _distinct(hosts) for line in _host_errors(x, node)]
@@ -58,6 +58,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
         "notes": notes,
         "env": episode(cfg, plan.world_size),
         "vllm_engine": engine(x),
+        "weight_sync": weight_sync(x),
     }
 
 
@@ -94,6 +95,29 @@ def engine(x: Inputs) -> dict | None:
         "max_num_batched_tokens": x.vllm_batched_tokens,
         "max_num_seqs": x.vllm_max_seqs,
         "vllm_version": ".".join(map(str, x.vllm_version)) if x.vllm_version else None,
+    }
+
+
+# The disk bandwidth a filesystem weight sync is timed at: a local NVMe or a good shared filesystem writes 1-2 GB/s;
+# the time doubles on one that writes half that (the measured weight_sync phase says what it took).
+SYNC_DISK_BYTES_PER_S = 1e9
+
+
+def weight_sync(x: Inputs) -> dict | None:
+    """plan.json's `weight_sync`: how a server gets the policy's weights; for files, per sync the bytes written (the
+    disk they take; the server reads the same), rank 0's host copy, and the write time at SYNC_DISK_BYTES_PER_S."""
+    if x.vllm_mode != "server":
+        return None
+    if x.weight_sync == "nccl":
+        return {"method": "nccl", "buffers_gib": vllm_engine.WEIGHT_SYNC_BUFFERS / GIB}
+    size = sync_copy_bytes(x)
+    return {
+        "method": "filesystem",
+        "bytes": size,
+        "disk_gib": size / GIB,
+        "host_ram_gib": size / GIB,
+        "write_s": size / SYNC_DISK_BYTES_PER_S,
+        "disk_bytes_per_s": SYNC_DISK_BYTES_PER_S,
     }
 
 
@@ -156,7 +180,7 @@ def _episode_notes(cfg: DictConfig, x: Inputs) -> list[str]:
 
 def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
     """Settings that change what runs in a way the plan reads differently from the user's intent."""
-    notes = []
+    notes = placement.cpu_notes(cfg) if x.vllm_mode != "off" and x.device == "cpu" else []
     needed = x.prompt + x.completion
     short = cfg.vllm.max_model_length is not None and cfg.vllm.max_model_length < needed
     if x.vllm_mode != "off" and short and not env.active(cfg):  # with tools it is refused (planning/checks.py)

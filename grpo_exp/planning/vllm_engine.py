@@ -13,6 +13,11 @@ version: docs/memory-planner.md ("The vLLM engine").
       kv_cache        the rest (or exactly kv_cache_memory_bytes, which ignores the budget)
     weight_sync_buffers  a server's NCCL weight-transfer buffers, allocated after start-up: outside
 
+vLLM's CPU build (vllm/v1/worker/cpu_worker.py) has none of the profile: its KV cache is exactly
+VLLM_CPU_KVCACHE_SPACE GiB (vllm.cpu_kv_cache_gib), allocated and touched at start-up, beside the weights (an
+fp32 checkpoint served at bf16 by dtype=auto, as TRL builds a colocated engine) and the engine's own runtime;
+all of it host RAM (estimate_cpu).
+
 vLLM refuses to start when the KV cache is empty or cannot hold one max_model_len sequence (its
 check_enough_kv_cache_memory); in colocate mode also when the GPU has less free memory at start-up than the
 budget (its init_device check), which memory.py decides (it knows what the trainer already holds).
@@ -65,7 +70,7 @@ def captured_graphs(max_num_seqs: int) -> int:
 
 def kv_bytes_per_token(x: Inputs) -> float:
     """K and V of every layer for one token, per TP shard (vLLM's AttentionSpec.page_size_bytes per token)."""
-    element = 1 if x.vllm_kv_dtype.startswith("fp8") else 2  # auto: the model's 16 bits
+    element = 1 if x.vllm_kv_dtype.startswith("fp8") else x.vllm_dtype_bytes  # auto: the served dtype
     return 2 * x.layers * (x.kv_heads / x.vllm_tp) * x.head_dim * element
 
 
@@ -95,7 +100,10 @@ class Engine:
 
 
 def estimate(x: Inputs, server: bool) -> Engine:
-    """One engine GPU of `x` (server: a `vllm serve` GPU, with its weight-transfer buffers)."""
+    """One engine GPU of `x` (server: a `vllm serve` GPU, with its weight-transfer buffers); on CPU ranks
+    the CPU build's engine (estimate_cpu)."""
+    if x.device == "cpu":
+        return estimate_cpu(x, server)
     budget = x.vllm_util * x.capacity
     c = {
         "weights": weights(x),
@@ -116,7 +124,7 @@ def estimate(x: Inputs, server: bool) -> Engine:
         taken = sum(v for k, v in c.items() if k != "cuda_graphs" or inside)
         c["kv_cache"] = max(0.0, budget - taken)
         used = budget + (0.0 if inside else c["cuda_graphs"])
-    if server:
+    if server and x.weight_sync == "nccl":
         c["weight_sync_buffers"] = WEIGHT_SYNC_BUFFERS
         used += WEIGHT_SYNC_BUFFERS
     per_token = kv_bytes_per_token(x)
@@ -139,6 +147,38 @@ def estimate(x: Inputs, server: bool) -> Engine:
             f"~{tokens / (x.prompt + x.completion):.0f} sequences of prompt + completion at once"
         )
     return Engine(c, budget, used, tokens, starts=tokens >= x.vllm_max_len and c["kv_cache"] > 0, notes=notes)
+
+
+# The CPU engine's own resident memory beyond its weights and KV cache, measured with vllm-cpu 0.31 on the tiny
+# model (benchmarks/vllm_cpu_memory.py): colocated, what the engine adds to a training process's RSS (vLLM's
+# modules, scheduler and sampler); a server, its API server and engine core processes together.
+CPU_COLOCATED_RUNTIME = 0.15 * GIB
+CPU_SERVER_RUNTIME = 2.3 * GIB
+
+
+def estimate_cpu(x: Inputs, server: bool) -> Engine:
+    """vLLM's CPU build: weights at the served dtype, the KV cache VLLM_CPU_KVCACHE_SPACE sets, its runtime.
+    It starts when that KV cache holds one max_model_len sequence."""
+    c = {
+        "weights": x.params * x.vllm_dtype_bytes / x.vllm_tp,
+        "kv_cache": x.vllm_cpu_kv_bytes,
+        "runtime": CPU_SERVER_RUNTIME if server else CPU_COLOCATED_RUNTIME,
+    }
+    per_token = kv_bytes_per_token(x)
+    tokens = c["kv_cache"] / per_token
+    peak = sum(c.values())
+    if tokens >= x.vllm_max_len:
+        notes = [
+            f"CPU KV cache: {tokens:,.0f} tokens, {per_token / 1024:.2f} KiB each (vllm.cpu_kv_cache_gib="
+            f"{x.vllm_cpu_kv_bytes / GIB:g}); maximum concurrency {tokens / x.vllm_max_len:.2f}x for "
+            f"{x.vllm_max_len:,} tokens per request (as vLLM logs it)"
+        ]
+    else:
+        notes = [
+            f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; "
+            f"vllm.cpu_kv_cache_gib gives {x.vllm_cpu_kv_bytes / GIB:g} (vLLM refuses to start)"
+        ]
+    return Engine(c, peak, peak, tokens, starts=tokens >= x.vllm_max_len, notes=notes)
 
 
 def residual_asleep(engine: Engine) -> float:

@@ -47,9 +47,25 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
         )
     )
     node_rss, host_plan = summary.get(metrics.peak("train", metrics.NODE_RSS)), summary.get(metrics.plan_peak("host"))
+    # a server on CPU (planned as host RAM of its node: plan/host/vllm_server) runs on node 0 beside its ranks
+    cpu_server = (
+        summary.get(metrics.peak(VLLM, "host_rss_max"))
+        if metrics.plan_component("host", "vllm_server") in summary
+        else None
+    )
+    if node_rss is not None and cpu_server is not None:  # peaks added: an upper bound of the node's peak
+        node_rss += cpu_server
     if node_rss is not None or host_plan is not None:  # the fullest node's RAM: its ranks added up
         rows.append(("host", "node RAM", _gib(node_rss), _gib(host_plan), _error(node_rss, host_plan)))
-    vllm = summary.get(metrics.peak(VLLM, "device_used_max"))
+    # a server's GPUs (NVML), else its processes' RSS (a CPU server: launching/vllm_server.ServerMemory)
+    vllm = next(
+        (
+            summary[k]
+            for k in (metrics.peak(VLLM, "device_used_max"), metrics.peak(VLLM, "host_rss_max"))
+            if k in summary
+        ),
+        None,
+    )
     if vllm is not None or summary.get(metrics.plan_peak(VLLM)) is not None:
         rows.append(
             (
@@ -157,7 +173,9 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     console.print(table)
     rows = engine_rows(summary)
     if rows:
-        engine = Table(title="vLLM engine per GPU at start-up (GiB) - logged by vLLM vs planned", title_justify="left")
+        engine = Table(
+            title="vLLM engine at start-up (GiB, one engine) - logged by vLLM vs planned", title_justify="left"
+        )
         for column in ("component", "logged", "planned", "plan error"):
             engine.add_column(column, justify="left" if column == "component" else "right")
         for row in rows:

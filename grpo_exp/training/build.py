@@ -105,13 +105,49 @@ def vllm_fields(cfg: DictConfig) -> dict:
     """GRPOConfig's vllm fields: every key gets its `vllm_` prefix back; mode `off` is use_vllm=False."""
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
-    if cfg.vllm.standin is not None:  # the CPU rehearsal of a serving node: nothing to generate with
-        log.warning("vllm.standin is set: a stand-in plays the vLLM server; completions come from transformers")
-        return {"use_vllm": False}
     fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
     if fields["vllm_server_host"] is None:  # the plan puts the server on node 0, torchrun's MASTER_ADDR
         fields["vllm_server_host"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
     return {"use_vllm": True, "vllm_mode": cfg.vllm.mode, **fields}
+
+
+def weight_sync_dir(cfg: DictConfig, run_dir: Path) -> Path:
+    """Where vllm.weight_sync=filesystem writes the weights: vllm.weight_sync_dir, else <run dir>/weight_sync."""
+    return Path(cfg.vllm.weight_sync_dir) if cfg.vllm.weight_sync_dir else run_dir / rundir.WEIGHT_SYNC
+
+
+def generation_class(cfg: DictConfig, run_dir: Path, use_cpu: bool):
+    """The VLLMGeneration GRPOTrainer builds: weight_sync.py's where TRL's weight push cannot run (a server synced
+    through files; a colocated engine on CPU), else None (TRL's own)."""
+    from grpo_exp.planning.placement import weight_sync
+
+    if cfg.vllm.mode == "server" and weight_sync(cfg.vllm, "cpu" if use_cpu else "cuda") == "filesystem":
+        sync_dir = weight_sync_dir(cfg, run_dir)
+    elif cfg.vllm.mode == "colocate" and use_cpu:
+        sync_dir = None
+    else:
+        return None
+    from grpo_exp.training.weight_sync import generation_class
+
+    return generation_class(sync_dir)
+
+
+# Fields transformers 5.18 renamed; older releases (vLLM's CPU build pins < 5.18) know the old names only.
+RENAMED_IN_TRANSFORMERS_5_18 = {
+    "activation_checkpointing": "gradient_checkpointing",
+    "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs",
+}
+
+
+def for_installed_transformers(trainer: dict, config_class) -> dict:
+    """`trainer` under the names the installed GRPOConfig takes: the schema follows the newest transformers."""
+    fields = {f.name for f in dataclasses.fields(config_class)}
+    for new, old in RENAMED_IN_TRANSFORMERS_5_18.items():
+        if new not in fields and new in trainer:
+            value = trainer.pop(new)
+            if value is not None:  # null: the old name's own default stands
+                trainer[old] = value
+    return trainer
 
 
 def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
@@ -119,7 +155,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
     independent single-process copies instead of one DDP run."""
     from trl import GRPOConfig
 
-    trainer = OmegaConf.to_container(cfg.trainer, resolve=True)
+    trainer = for_installed_transformers(OmegaConf.to_container(cfg.trainer, resolve=True), GRPOConfig)
     # model.dtype owns the dtype (the planner sizes weights by it); other load options pass through
     model_init_kwargs = {**(trainer.pop("model_init_kwargs") or {}), "dtype": cfg.model.dtype}
     return GRPOConfig(
@@ -245,6 +281,7 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phas
         quantization_config=quantization_config(cfg),
         tools=tools(cfg) or None,
         environment_factory=environment_factory(cfg),
+        generation_class=generation_class(cfg, run_dir, use_cpu),
         callbacks=callbacks,
     )
     if use_cpu and cfg.model.get("quantization") is not None:

@@ -17,10 +17,12 @@ the trainer counts the tool results TRL drops for want of room in the episode (t
 import logging
 import time
 from contextlib import nullcontext
+from unittest import mock
 
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
+from trl.trainer import grpo_trainer
 
 from grpo_exp.core import metrics
 from grpo_exp.training.episodes import dropped_results, measured_resets
@@ -51,12 +53,16 @@ class MeasuredGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose steps are measured into `phases` (None: not measured); `run_peaks` accumulates the
     whole run's maxima."""
 
-    def __init__(self, *args, phases: PhaseMemory | None, environment_factory=None, **kwargs):
+    def __init__(self, *args, phases: PhaseMemory | None, environment_factory=None, generation_class=None, **kwargs):
+        """`generation_class`: the VLLMGeneration GRPOTrainer builds (weight_sync.py's for vllm.weight_sync=
+        filesystem; None: TRL's own)."""
         self.phases = phases
         self.run_peaks: dict[str, float] = {}
         if phases is not None and environment_factory is not None:
             environment_factory = measured_resets(environment_factory, phases)
-        super().__init__(*args, environment_factory=environment_factory, **kwargs)
+        # GRPOTrainer.__init__ builds its VLLMGeneration by the name its module imported: swapped for the call only
+        with mock.patch.object(grpo_trainer, "VLLMGeneration", generation_class or grpo_trainer.VLLMGeneration):
+            super().__init__(*args, environment_factory=environment_factory, **kwargs)
         if phases is None:
             return
         self.add_callback(_OptimizerPhase(phases))

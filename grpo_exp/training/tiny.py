@@ -12,16 +12,11 @@ Built once and cached as an ordinary HF model directory, which GRPOTrainer then 
 same `from_pretrained` path a real model takes. Ranks starting together share one build (file lock).
 """
 
-import hashlib
-import json
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import cache_root
-from grpo_exp.config.model_info import ARCH_KEYS
-
-BUILD_VERSION = 3  # bump when the recipe below changes, so stale caches are rebuilt
+from grpo_exp.config.model_info import ARCH_KEYS, tiny_model_path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Whole tokens for the markup a completion is made of (added, not special: decoding keeps them, so TRL's
@@ -72,8 +67,7 @@ def tiny_model_dir(model_cfg: DictConfig, tools: bool = False) -> Path:
     """Where the tiny model for these architecture numbers lives (built if missing); with `tools`, the
     one warm-started on the shipped environments' tool calls."""
     arch = {k: model_cfg[k] for k in ARCH_KEYS}
-    key = hashlib.sha256(json.dumps([BUILD_VERSION, arch, tools], sort_keys=True).encode()).hexdigest()[:12]
-    path = cache_root() / f"tiny-{model_cfg.model_type}{'-tools' if tools else ''}-{key}"
+    path = tiny_model_path(model_cfg, tools)
     if not (path / "READY").exists():
         from filelock import FileLock
 
@@ -146,3 +140,15 @@ def _build(arch: dict, path: Path, tools: bool) -> None:
     tokenizer.save_pretrained(tmp)
     (tmp / "READY").write_text(OmegaConf.to_yaml(OmegaConf.create(arch)))
     tmp.rename(path)
+
+
+if __name__ == "__main__":
+    # `python -m grpo_exp.training.tiny < config.yaml`: build the run's tiny model and print its directory. The
+    # driver calls this before it starts a vLLM server for the tiny model (the server loads the directory; the
+    # driver itself never imports torch).
+    import sys
+
+    from grpo_exp.config import env
+
+    cfg = OmegaConf.create(sys.stdin.read())
+    print(tiny_model_dir(cfg.model, tools=env.active(cfg)))

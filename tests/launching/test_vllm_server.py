@@ -50,9 +50,22 @@ def test_the_server_is_started_as_trl_starts_it():
     plan = placement.make_plan(cfg, "config.yaml", detected_gpus=8)
     assert plan.nodes[0].commands["vllm"] == argv
     assert plan.nodes[0].env["vllm"]["VLLM_SERVER_DEV_MODE"] == "1"
-    standin = compose_cfg("model=qwen7b", "vllm=server", "vllm.standin='python fake.py'")
-    ports.resolve_auto(standin)
-    assert vllm_server.serve_command(standin, gpus=1)[:4] == ["python", "fake.py", "serve", "Qwen/Qwen2.5-7B-Instruct"]
+    cpu = placement.make_plan(cfg, "config.yaml", detected_gpus=0)  # a server on CPU: the same argv, its own env
+    assert cpu.nodes[0].commands["vllm"][:6] == argv[:6] and cpu.nodes[0].vllm_gpus == []
+    assert "--data-parallel-size 1" in " ".join(cpu.nodes[0].commands["vllm"])  # one engine beside the CPU ranks
+    assert cpu.nodes[0].env["vllm"] == {**placement.SERVER_ENV, "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+
+def test_a_cpu_server_serves_the_tiny_models_directory():
+    from grpo_exp.config.model_info import tiny_model_path
+
+    cfg = compose_cfg("vllm=server", "vllm.cpu_kv_cache_gib=3")
+    ports.resolve_auto(cfg)
+    plan = placement.make_plan(cfg, "config.yaml", detected_gpus=0)
+    argv = plan.nodes[0].commands["vllm"]
+    assert argv[argv.index("serve") + 1] == str(tiny_model_path(cfg.model))
+    assert plan.nodes[0].env["vllm"]["VLLM_CPU_KVCACHE_SPACE"] == "3" and plan.vllm["weight_sync"] == "filesystem"
+    assert "VLLM_CPU_KVCACHE_SPACE=3" in placement.describe(plan)
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
@@ -86,3 +99,45 @@ def test_health_wait_notices_a_dead_server():
     dead.wait()
     with pytest.raises(vllm_server.ServerNotReady, match="exited before answering"):
         vllm_server.wait_healthy("http://127.0.0.1:9/health", timeout_s=30, is_alive=lambda: dead.poll() is None)
+
+
+def test_a_server_that_exits_while_training_runs_ends_the_run_with_its_last_lines(tmp_path):
+    """launch._wait: the trainers would wait on a dead server until their timeouts; the driver ends the run."""
+    from grpo_exp.launching import launch
+
+    output = launch._Output(tmp_path / "train.log")
+    server = launch._start([sys.executable, "-c", "print('Engine core initialization failed: out of memory')"], {})
+    output.follow(server, prefix="[vllm] ")
+    trainer = launch._start([sys.executable, "-c", "import time; time.sleep(60)"], {})
+    try:
+        with pytest.raises(vllm_server.ServerDied, match=r"exited with code 0 while training ran:\n  .*out of memory"):
+            launch._wait(trainer, server, output)
+    finally:
+        launch.stop(trainer, grace_s=1)
+        output.close()
+    assert "[vllm] Engine core initialization failed" in (tmp_path / "train.log").read_text()
+
+
+def test_the_servers_memory_is_its_whole_process_tree():
+    """A server is an API process, an engine core and workers: their resident memory is added up."""
+    child = "import time; b = bytearray(300 * 2**20); time.sleep(30)"
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(30)",
+        ],
+        start_new_session=True,
+    )
+    try:
+        memory = vllm_server.ServerMemory(parent.pid, interval_s=0.1)
+        import time
+
+        deadline = time.time() + 20
+        while memory.peak_bytes < 300 * 2**20 and time.time() < deadline:
+            time.sleep(0.2)
+        assert memory.stop() >= 300 * 2**20  # the child's 300 MiB, counted under its parent
+    finally:
+        from grpo_exp.launching.launch import stop
+
+        stop(parent, grace_s=1)

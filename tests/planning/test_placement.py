@@ -28,14 +28,28 @@ def test_every_gpu_trains_without_a_server(vllm):
     assert shape(plan_for("topology=2x8", f"vllm={vllm}")) == [(0, 8, ALL8, []), (1, 8, ALL8, [])]
     plan = plan_for("topology=4x8", f"vllm={vllm}")
     assert shape(plan) == [(r, 8, ALL8, []) for r in range(4)] and plan.world_size == 32
-    assert plan.vllm == {"mode": vllm, "server_node": None, "nodes": 0, "gpus": 0, "tensor_parallel_size": 1}
+    assert plan.vllm == {
+        "mode": vllm,
+        "server_node": None,
+        "nodes": 0,
+        "gpus": 0,
+        "tensor_parallel_size": 1,
+        "weight_sync": None,
+    }
 
 
 def test_server_on_node_0_gives_7_plus_8():
     plan = plan_for("topology=2x8", "vllm=server")
     assert shape(plan) == [(0, 7, list(range(1, 8)), [0]), (1, 8, ALL8, [])]
     assert plan.world_size == 15
-    assert plan.vllm == {"mode": "server", "server_node": 0, "nodes": 0, "gpus": 1, "tensor_parallel_size": 1}
+    assert plan.vllm == {
+        "mode": "server",
+        "server_node": 0,
+        "nodes": 0,
+        "gpus": 1,
+        "tensor_parallel_size": 1,
+        "weight_sync": "nccl",
+    }
 
 
 def test_symmetric_gives_7_plus_7():
@@ -48,7 +62,14 @@ def test_server_with_tensor_parallel_2():
     plan = plan_for("topology=4x8", "vllm=server", "vllm.gpus=2", "vllm.tensor_parallel_size=2")
     assert shape(plan) == [(0, 6, list(range(2, 8)), [0, 1])] + [(r, 8, ALL8, []) for r in (1, 2, 3)]
     assert plan.world_size == 30
-    assert plan.vllm == {"mode": "server", "server_node": 0, "nodes": 0, "gpus": 2, "tensor_parallel_size": 2}
+    assert plan.vllm == {
+        "mode": "server",
+        "server_node": 0,
+        "nodes": 0,
+        "gpus": 2,
+        "tensor_parallel_size": 2,
+        "weight_sync": "nccl",
+    }
     argv = " ".join(plan.nodes[0].commands["vllm"])
     assert "--tensor-parallel-size 2" in argv and "--data-parallel-size 1" in argv
 
@@ -72,7 +93,8 @@ def test_env_and_commands_of_a_server_node():
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         "GRPO_EXP_VLLM_GPUS": "0",
     }
-    assert node0.env["vllm"] == {"CUDA_VISIBLE_DEVICES": "0", "VLLM_SERVER_DEV_MODE": "1"}  # as trl vllm-serve sets it
+    assert node0.env["vllm"] == {"CUDA_VISIBLE_DEVICES": "0", **placement.SERVER_ENV}  # as trl vllm-serve sets it
+    assert placement.SERVER_ENV["VLLM_SERVER_DEV_MODE"] == "1"
     assert node0.commands["train"][1:] == [
         "-m",
         "torch.distributed.run",

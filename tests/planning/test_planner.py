@@ -227,6 +227,7 @@ def test_action_plan_prints_the_breakdown_and_writes_memory_fields(tmp_path, cap
         "nodes": 0,
         "gpus": 0,
         "tensor_parallel_size": 1,
+        "weight_sync": None,
     }
     assert plan["suggestions"][0]["fits"]
 
