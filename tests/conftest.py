@@ -71,9 +71,10 @@ def _shared_run(tmp_path_factory, model_cache, name: str, *args: str, env: dict 
 @pytest.fixture(scope="session")
 def two_rank_run(tmp_path_factory, model_cache):
     """A real 2-rank DDP run with W&B offline, a reference model (beta > 0: the score phase runs) and the
-    calculator tool (env=calculator: the tools phase, TRL's tools/* metrics), 2 steps: (CompletedProcess,
-    run dir). test_runs (DDP over gloo), test_memory (per-phase peaks in every record), test_agentic (tool
-    calls everywhere) and test_dashboard (panels, quiet console, run report) read it."""
+    calculator tool (env=calculator: the tools phase, TRL's tools/* metrics), 2 steps, and a user's reward that
+    imports every library workers once hid (tests/user_code.py): (CompletedProcess, run dir). test_runs (DDP over
+    gloo, user code), test_memory (per-phase peaks in every record), test_agentic (tool calls everywhere) and
+    test_dashboard (panels, quiet console, run report) read it."""
     return _shared_run(
         tmp_path_factory,
         model_cache,
@@ -82,6 +83,7 @@ def two_rank_run(tmp_path_factory, model_cache):
         "trainer.max_steps=2",
         "trainer.beta=0.04",
         "env=calculator",
+        "+data.rewards.user_imports._target_=tests.user_code.imports_everything",
     )
 
 

@@ -40,7 +40,7 @@ ARCH_KEYS = (
     "max_position_embeddings",
 )
 # The tiny model's recipe (training/tiny.py): bump when it changes, so stale caches are rebuilt.
-TINY_BUILD_VERSION = 3
+TINY_BUILD_VERSION = 4
 
 
 def tiny_model_path(model_cfg: DictConfig, tools: bool = False) -> Path:

@@ -9,12 +9,11 @@ import dataclasses
 import functools
 import logging
 import os
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config.checks import TRACKERS, trackers
+from grpo_exp.config.checks import trackers
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir
@@ -35,45 +34,6 @@ def model_path(cfg: DictConfig) -> str:
     from grpo_exp.training.tiny import tiny_model_dir
 
     return str(tiny_model_dir(cfg.model, tools=env.active(cfg)))
-
-
-# trainer.optim values whose transformers optimizer comes from bitsandbytes (8-bit and paged states, Lion, ...).
-BITSANDBYTES_OPTIMIZERS = ("bnb", "8bit", "paged", "lion", "rmsprop_32bit", "ademamix")
-
-
-# Trackers transformers and trl import whenever they are installed (trl's profiling and GRPOTrainer import wandb,
-# mlflow and trackio at import: ~1 s of a worker's start on 2 cores together), whether the run logs to them or not.
-# TensorBoard is imported by its callback only.
-TRACKER_LIBRARIES = tuple(t for t in TRACKERS if t != "tensorboard")
-
-
-def unused_libraries(cfg: DictConfig) -> list[str]:
-    """Libraries this run never calls that transformers, accelerate or trl import whenever installed: bitsandbytes
-    without quantized weights or a bitsandbytes optimizer; peft without adapters; deepspeed without a ZeRO stage;
-    each tracker that is neither one of the run's trackers nor a DeepSpeed monitor it enables."""
-    unused = []
-    if cfg.model.get("quantization") is None and not any(w in cfg.trainer.optim for w in BITSANDBYTES_OPTIMIZERS):
-        unused.append("bitsandbytes")
-    if not cfg.peft.enabled:
-        unused.append("peft")
-    ds = deepspeed_dict(cfg) or {}
-    if not ds:
-        unused.append("deepspeed")
-    monitors = {name for name, section in ds.items() if isinstance(section, dict) and section.get("enabled")}
-    used = set(trackers(cfg)) | monitors
-    return unused + [name for name in TRACKER_LIBRARIES if name not in used]
-
-
-def hide_unused_libraries(cfg: DictConfig) -> list[str]:
-    """Make the libraries this run never calls look absent before transformers, peft and trl are imported: they
-    import them whenever installed (peft.helpers imports bitsandbytes, which loads torch._inductor: ~1.2 s of
-    every worker's start on 2 cores; trl the trackers and peft, transformers deepspeed: ~0.6 s more).
-    `sys.modules[name] = None` is Python's own "not importable": find_spec answers None, so the libraries take
-    their paths without it. Returns what was hidden (a library a process imported already stays: a test process)."""
-    hidden = [name for name in unused_libraries(cfg) if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None
-    return hidden
 
 
 def deepspeed_dict(cfg: DictConfig) -> dict | None:

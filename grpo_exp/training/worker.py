@@ -247,7 +247,6 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
     from grpo_exp.training import build, phases, probes, tracking
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
-    build.hide_unused_libraries(cfg)  # before anything imports transformers
     if cfg.vllm.mode == "colocate":  # importing trl lowers vLLM's logging to ERROR unless it is set; the engine's
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")  # start-up INFO lines carry its figures (core/vllm_log.py)
     # Before any process group exists: transformers saves only from rank 0 once one does, and the

@@ -215,3 +215,13 @@ def test_killing_one_rank_ends_the_whole_run(training_run):
     assert summary["status"] == "failed"
     # either torchrun's report of the killed rank, or rank 0's view of it: the peer went away
     assert any(word in summary["error"] for word in ("SIGKILL", "remote worker", "Connection closed")), summary["error"]
+
+
+def test_user_code_in_the_workers_imports_every_library_it_likes(two_rank_run):
+    """A reward that imports peft, deepspeed, bitsandbytes and each tracker, in a run that uses none of them."""
+    from tests.user_code import LIBRARIES, REPORT
+
+    _, run_dir = two_rank_run
+    found = json.loads((run_dir.parent / REPORT).read_text())
+    failed = {name: found.get(name) for name in LIBRARIES if ":" in str(found.get(name, ":missing"))}
+    assert not failed, failed
