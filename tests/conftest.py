@@ -172,17 +172,16 @@ def one_rank_run(tmp_path_factory, model_cache, mlflow_server, trackio_dir):
 
 @pytest.fixture(scope="session")
 def two_job_sweep(tmp_path_factory, model_cache):
-    """`-m env=none,number_game` under FSDP2: two 2-step jobs on the 2 CPU processes of make demo, with W&B
-    offline (sweep dir): a plain run and an agentic one (the number game's environments, resets and get_reward),
-    both sharded by fully_shard. test_runs (a multirun runs every job; FSDP2's shards as planned), test_sweeps
-    (one W&B group, swept values as keys) and test_agentic (the environment's episodes everywhere; compare's
-    tool calls beside memory) read it."""
+    """`-m env=none,number_game`: two 2-step jobs on the 2 CPU processes of make demo, with W&B offline (sweep
+    dir): a plain run and an agentic one (the number game's environments, resets and get_reward). test_runs (a
+    multirun runs every job), test_sweeps (one W&B group, swept values as keys) and test_agentic (the environment's
+    episodes everywhere; compare's tool calls beside memory) read it. (Not under FSDP2: TRL's tool loop desyncs
+    sharded ranks, which the config check refuses; FSDP2 has a run of its own in test_runs.)"""
     return _shared_run(
         tmp_path_factory,
         model_cache,
         "sweep",
         "trainer.max_steps=2",
-        "fsdp=full_shard",
         "env=none,number_game",
         multirun=True,
     )

@@ -68,3 +68,11 @@ def test_an_agentic_vllm_run_whose_context_cannot_hold_an_episode_is_refused():
     (problem,) = [p for p in found if p.key == "vllm.max_model_length"]
     assert "64 + trainer.max_completion_length 64 = 128 tokens" in problem.why
     assert "vllm.max_model_length" not in problem_keys(problems("env=calculator", "vllm=colocate"))
+
+
+@pytest.mark.parametrize("sharding", ["fsdp=full_shard", "deepspeed=zero3"])
+def test_tools_with_weights_sharded_in_every_generation_round_are_refused(sharding):
+    """TRL's tool loop runs as many rounds on a rank as its episodes call tools: sharded ranks fall out of step."""
+    found = [p for p in problems("action=plan", "env=number_game", sharding) if p.key == "env"]
+    assert found and "generation rounds" in found[0].why and "vllm=colocate" in found[0].fix
+    assert not [p for p in problems("action=plan", "env=number_game", "deepspeed=zero2") if p.key == "env"]

@@ -36,10 +36,17 @@ def colocated(request, tmp_path_factory, model_cache):
     ), procs
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory, model_cache):
+@pytest.fixture(scope="module", params=[(), ("peft=lora",)], ids=["full", "lora"])
+def served(request, tmp_path_factory, model_cache):
+    """A served run; with LoRA, TRL merges the adapters into the weights it hands the sync (its _iter_named_params)."""
     return _run(
-        tmp_path_factory, model_cache, "server", "vllm=server", "vllm.enforce_eager=true", "trainer.max_steps=3"
+        tmp_path_factory,
+        model_cache,
+        "server",
+        "vllm=server",
+        "vllm.enforce_eager=true",
+        "trainer.max_steps=3",
+        *request.param,
     )
 
 
@@ -81,6 +88,10 @@ def test_a_served_run_trains_with_files_for_weight_sync(served):
     assert all(metrics.memory("weight_sync", "host_rss_max") in r for r in records)  # measured every step
     assert all(r["sampling/sampling_logp_difference/mean"] < 0.01 for r in records)  # the server has our weights
     synced = sorted((run_dir / rundir.WEIGHT_SYNC).glob("*.safetensors"))
+    from safetensors import safe_open
+
+    with safe_open(synced[0], "pt") as f:  # the policy under vLLM's names: LoRA merged, no adapter tensors
+        assert "model.layers.0.self_attn.q_proj.weight" in f.keys() and not any("lora" in k for k in f.keys())
     assert synced and sum(f.stat().st_size for f in synced) == pytest.approx(plan["weight_sync"]["bytes"], rel=0.05)
     log = (run_dir / rundir.LOG).read_text()
     assert log.count("weight sync: ") >= 3 and '"POST /collective_rpc HTTP/1.1" 200' in log  # one per step
