@@ -445,30 +445,6 @@ def check_fsdp(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
-def check_sharded_tool_loop(cfg: DictConfig) -> list[Problem]:
-    """Tools or environments, generation by the trained model itself (vllm=off) and weights sharded in every forward
-    (FSDP2, or ZeRO-3, whose generation gathers the weights each round): TRL's tool loop (GRPOTrainer._tool_call_loop)
-    runs as many generation rounds on each rank as that rank's episodes call tools, so a rank whose episodes are done
-    stops joining the others' all-gathers (measured: gloo aborts, "Is there a distributed collective mismatch";
-    NCCL waits until its timeout)."""
-    if not env.active(cfg) or cfg.vllm.mode != "off":
-        return []
-    zero3 = bool(cfg.deepspeed) and cfg.deepspeed.get("zero_optimization", {}).get("stage") == 3
-    if not (cfg.fsdp.enabled or zero3):
-        return []
-    sharding = f"fsdp={cfg.fsdp.name}" if cfg.fsdp.enabled else "deepspeed ZeRO-3"
-    return [
-        Problem(
-            "env",
-            f"env={env.label(cfg)} with {sharding} and vllm=off: TRL's tool loop runs a different number of generation "
-            "rounds on each rank, and sharded weights are gathered in each of them, so the ranks fall out of step "
-            "(a crash or a hang)",
-            "generate with vLLM (vllm=colocate or vllm=server: the engine holds whole weights), or shard less: "
-            "fsdp=none with deepspeed=zero2 or none",
-        )
-    ]
-
-
 # transformers' report_to names of the trackers training/tracking.py runs
 TRACKERS = ("wandb", "mlflow", "tensorboard", "trackio", "swanlab")
 
@@ -509,7 +485,7 @@ def check(cfg: DictConfig) -> list[Problem]:
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg) + check_names(cfg)
     bad = {p.key for p in values}
     problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + check_deepspeed(cfg)
-    problems += check_server_flags(cfg) + check_fsdp(cfg) + check_trackers(cfg) + check_sharded_tool_loop(cfg)
+    problems += check_server_flags(cfg) + check_fsdp(cfg) + check_trackers(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):
         problems += check_lora(cfg)
     return problems

@@ -95,7 +95,31 @@ def check(cfg: DictConfig) -> list[Problem]:
         problems += _tool_problems(f"env.tools[{i}]", tool)
     for key, node in factories(cfg).items():
         problems += _factory_problems(key, node)
-    return problems
+    return problems + _sharded_tool_loop(cfg)
+
+
+def _sharded_tool_loop(cfg: DictConfig) -> list[Problem]:
+    """Tools or environments, generation by the trained model itself (vllm=off) and weights sharded in every forward
+    (FSDP2, or ZeRO-3, whose generation gathers the weights each round): TRL's tool loop (GRPOTrainer._tool_call_loop)
+    runs as many generation rounds on each rank as that rank's episodes call tools, so a rank whose episodes are done
+    stops joining the others' all-gathers (measured: gloo aborts, "Is there a distributed collective mismatch";
+    NCCL waits until its timeout)."""
+    if not active(cfg) or cfg.vllm.mode != "off":
+        return []
+    zero3 = bool(cfg.deepspeed) and cfg.deepspeed.get("zero_optimization", {}).get("stage") == 3
+    if not (cfg.fsdp.enabled or zero3):
+        return []
+    sharding = f"fsdp={cfg.fsdp.name}" if cfg.fsdp.enabled else "deepspeed ZeRO-3"
+    return [
+        Problem(
+            "env",
+            f"env={label(cfg)} with {sharding} and vllm=off: TRL's tool loop runs a different number of generation "
+            "rounds on each rank, and sharded weights are gathered in each of them, so the ranks fall out of step "
+            "(a crash or a hang)",
+            "generate with vLLM (vllm=colocate or vllm=server: the engine holds whole weights), or shard less: "
+            "fsdp=none with deepspeed=zero2 or none",
+        )
+    ]
 
 
 def _factory_problems(key: str, node) -> list[Problem]:
