@@ -71,6 +71,30 @@ def locate(dotted_path) -> object | None:
         return None
 
 
+def import_failure(dotted_path: str) -> str:
+    """Why `dotted_path` does not import, in one line: the exception its module raised while importing (a missing
+    dependency, a syntax error: the user's own cause, never swallowed), or the attribute its module lacks."""
+    import importlib
+
+    parts = str(dotted_path).split(".")
+    for i in range(len(parts), 0, -1):
+        module = ".".join(parts[:i])
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and (module == exc.name or module.startswith(exc.name + ".")):
+                continue  # this prefix is not a module: a shorter one may be, with the rest as attributes
+            return f"{type(exc).__name__}: {exc}"  # a module that exists and imports something missing
+        except Exception as exc:  # SyntaxError, or whatever the module raised at import
+            return f"{type(exc).__name__}: {exc}".splitlines()[0]
+        for name in parts[i:]:
+            if not hasattr(found, name):
+                return f"module '{found.__name__}' has no attribute '{name}'"
+            found = getattr(found, name)
+        return "it imports, but is not what is asked for here"
+    return f"No module named '{parts[0]}'"
+
+
 def visible_devices() -> list[str] | None:
     """CUDA_VISIBLE_DEVICES as a list of device ids (None when unset: every GPU is visible)."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")

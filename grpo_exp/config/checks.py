@@ -15,7 +15,7 @@ import math
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, locate
+from grpo_exp import Problem, import_failure, locate
 from grpo_exp.config import env, model_info, rules
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import DTYPES
@@ -289,7 +289,7 @@ def check_rewards(cfg: DictConfig) -> list[Problem]:
             problems.append(
                 Problem(
                     f"data.rewards.{name}._target_",
-                    f"'{target}' is not an importable function",
+                    f"'{target}' is not an importable function ({import_failure(target)})",
                     "name a function such as grpo_exp.training.rewards.correctness",
                 )
             )

@@ -12,7 +12,7 @@ import inspect
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, locate
+from grpo_exp import Problem, import_failure, locate
 
 NOT_TOOLS = ("reset", "get_reward")  # an environment's public methods TRL does not offer the model
 _TOOL_FIX = (
@@ -90,7 +90,8 @@ def check(cfg: DictConfig) -> list[Problem]:
     for i, path in enumerate(cfg.env.tools):
         tool = locate(path)
         if tool is None:
-            problems.append(Problem(f"env.tools[{i}]", f"'{path}' is not an importable function", _TOOL_FIX))
+            why = f"'{path}' is not an importable function ({import_failure(path)})"
+            problems.append(Problem(f"env.tools[{i}]", why, _TOOL_FIX))
             continue
         problems += _tool_problems(f"env.tools[{i}]", tool)
     for key, node in factories(cfg).items():
@@ -133,7 +134,7 @@ def _factory_problems(key: str, node) -> list[Problem]:
         return [
             Problem(
                 f"{key}._target_",
-                f"'{target}' is not an importable environment class or function",
+                f"'{target}' is not an importable environment class or function ({import_failure(target)})",
                 "name one by its dotted path, e.g. grpo_exp.training.environments.NumberGame",
             )
         ]

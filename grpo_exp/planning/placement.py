@@ -104,21 +104,22 @@ def weight_sync(vllm: DictConfig, device: str) -> str:
     return "nccl" if device == "cuda" else "filesystem"
 
 
-# What vLLM's CPU build needs beyond the argv and environment a GPU node gets, each with its reason (the plan
-# prints them; vllm_cpu_env below is the one place they are applied, for the server and colocated engines alike).
+# vLLM's CPU build sizes its KV cache from this variable (GiB of host RAM), not from gpu_memory_utilization.
+CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+
+
 def cpu_notes(cfg: DictConfig) -> list[str]:
+    """What vLLM's CPU build needs beyond the argv and environment a GPU node gets, with the reason: the plan's notes.
+    vllm_cpu_env() is the one place it is applied, for the server and the colocated engines alike."""
     return [
-        f"VLLM_CPU_KVCACHE_SPACE={cfg.vllm.cpu_kv_cache_gib}: vLLM's CPU build sizes its KV cache in GiB of host RAM "
+        f"{CPU_KV_CACHE_ENV}={cfg.vllm.cpu_kv_cache_gib}: vLLM's CPU build sizes its KV cache in GiB of host RAM "
         "(vllm.cpu_kv_cache_gib), not from gpu_memory_utilization",
     ]
 
 
-CPU_ENV_KEYS = ("VLLM_CPU_KVCACHE_SPACE",)
-
-
 def vllm_cpu_env(cfg: DictConfig) -> dict[str, str]:
     """The environment a vLLM engine on CPU needs (cpu_notes says why)."""
-    return {"VLLM_CPU_KVCACHE_SPACE": str(cfg.vllm.cpu_kv_cache_gib)}
+    return {CPU_KV_CACHE_ENV: str(cfg.vllm.cpu_kv_cache_gib)}
 
 
 def serve_env(cfg: DictConfig, device: str) -> dict[str, str]:
@@ -264,18 +265,15 @@ def describe(plan: Plan) -> str:
 
 def _node_lines(n: NodePlan) -> list[str]:
     gpus = f"GPUs {_span(n.train_gpus)}" if n.train_gpus else "CPU"
-    vllm = f", vLLM server on GPUs {_span(n.vllm_gpus)}" if n.vllm_gpus else ""
+    where = f"GPUs {_span(n.vllm_gpus)}" if n.vllm_gpus else "CPU"  # a server without GPUs: vLLM's CPU build
+    vllm = f", vLLM server on {where}" if "vllm" in n.commands else ""
     role = (
-        f"serving only: vLLM on GPUs {_span(n.vllm_gpus)}"
+        f"serving only: vLLM on {where}"
         if not n.train_procs
         else f"{n.train_procs} training process(es) on {gpus}{vllm}"
     )
     lines = [f"  node {n.node_rank}: {role}"]
-    shown = (
-        "CUDA_VISIBLE_DEVICES",
-        "VLLM_SERVER_DEV_MODE",
-        *CPU_ENV_KEYS,
-    )  # what a user re-running a command by hand must set too
+    shown = ("CUDA_VISIBLE_DEVICES", "VLLM_SERVER_DEV_MODE", CPU_KV_CACHE_ENV)  # what a user re-running a command sets
     for role, argv in n.commands.items():
         env = " ".join(f"{k}={v}" for k, v in n.env.get(role, {}).items() if k in shown)
         lines.append(f"    {role}: {env + ' ' if env else ''}{shlex.join(argv)}")

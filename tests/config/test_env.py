@@ -76,3 +76,26 @@ def test_tools_with_weights_sharded_in_every_generation_round_are_refused(shardi
     found = [p for p in problems("action=plan", "env=number_game", sharding) if p.key == "env"]
     assert found and "generation rounds" in found[0].why and "vllm=colocate" in found[0].fix
     assert not [p for p in problems("action=plan", "env=number_game", "deepspeed=zero2") if p.key == "env"]
+
+
+@pytest.mark.parametrize(
+    "source,cause",
+    [
+        ("import rapidfuzz_not_installed\n", "ModuleNotFoundError: No module named 'rapidfuzz_not_installed'"),
+        ("def reward(:\n", "SyntaxError: "),
+        ("x = 1\n", "module 'user_mod_{i}' has no attribute 'reward'"),
+    ],
+)
+def test_user_code_that_does_not_import_is_refused_with_its_own_cause(tmp_path, monkeypatch, source, cause):
+    """A reward, a tool and an environment whose module fails to import: each refusal quotes the exception."""
+    i = abs(hash(source)) % 10**6  # a module name of its own per case (the import system caches failures too)
+    (tmp_path / f"user_mod_{i}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cause = cause.format(i=i)
+    for overrides, key in (
+        ((f"+data.rewards.mine._target_=user_mod_{i}.reward",), "data.rewards.mine._target_"),
+        (("env=calculator", f"env.tools=[user_mod_{i}.reward]"), "env.tools[0]"),
+        ((f"+env.factory._target_=user_mod_{i}.reward",), "env.factory._target_"),
+    ):
+        found = [p for p in problems("action=plan", *overrides) if p.key == key]
+        assert found and cause in found[0].why, (key, found)
