@@ -163,7 +163,8 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         if "vllm" in node.commands:
             if cfg.model.name_or_path is None:
                 _build_tiny_model(cfg)
-            log.info("starting vLLM server on GPUs %s: %s", node.vllm_gpus, " ".join(node.commands["vllm"]))
+            where = f"GPUs {node.vllm_gpus}" if node.vllm_gpus else "CPU"  # no GPUs: vLLM's CPU build
+            log.info("starting vLLM server on %s: %s", where, " ".join(node.commands["vllm"]))
             server = _start(node.commands["vllm"], process_env(cfg, node.env.get("vllm", {})))
             procs.append(server)
             output.follow(server, prefix="[vllm] ")
@@ -239,8 +240,8 @@ def _build_tiny_model(cfg: DictConfig) -> None:
         text=True,
         env=process_env(cfg, {}),
     )
-    if built.returncode:
-        raise RuntimeError(f"building the tiny model failed:\n{built.stderr[-2000:]}")
+    if built.returncode:  # the run ends failed, with the cause, like a server that never starts
+        raise outcome.LaunchFailed(f"building the tiny model for the vLLM server failed:\n{built.stderr[-2000:]}")
 
 
 def _record_oom_kills(run_dir: Path, node: NodePlan, code: int, log_path: Path, kills_before: int) -> None:
