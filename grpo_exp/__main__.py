@@ -62,7 +62,8 @@ def main() -> None:
     argv = [deepspeed_override(arg) for arg in argv]
     given = overrides.command_line(argv)
     unknown = overrides.unknown(given)  # every unknown key at once, the rest still composed and checked
-    sys.argv[1:] = [arg for arg in argv if arg not in unknown]
+    whole = overrides.whole_mappings(given)  # 'data.rewards={...}': set after composing, replacing the option's
+    sys.argv[1:] = [arg for arg in argv if arg not in unknown and arg not in whole]
     problems = list(unknown.values())
     run_dir = None if "-m" in argv or "--multirun" in argv else _run_dir_argument(given)
     reused = job.reused_run_dir(run_dir) if run_dir is not None else None
@@ -71,7 +72,9 @@ def main() -> None:
     if not overrides.mode_needs_compose(argv):
         _skip_mode_compose()
     ran: list[job.Ended] = []
-    app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_task(problems, ran))
+    app = hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(
+        _task(problems, ran, list(whole.values()))
+    )
     try:
         app()
     except (HydraException, OmegaConfBaseException, ValueError, OverflowError) as exc:
@@ -83,18 +86,20 @@ def main() -> None:
     sys.exit(0)  # a multirun whose trials all ran, or --cfg, --help, --info
 
 
-def _task(unknown: list[Problem], ran: list):
+def _task(unknown: list[Problem], ran: list, whole: list[tuple[str, dict]]):
     """Hydra's task function: one job (one trial of a multirun). A single run ends the process with its
-    exit code after its report; a trial returns the sweep's objective."""
+    exit code after its report; a trial returns the sweep's objective. `whole`: (key, mapping) set as given,
+    replacing what the options composed (overrides.whole_mappings)."""
 
     def task(cfg: DictConfig) -> float:
+        overrides.set_whole(cfg, whole)
         hydra_cfg = HydraConfig.get()
         sweeping = hydra_cfg.mode == RunMode.MULTIRUN
         spec = job.Job(
             cfg,
             Path(hydra_cfg.runtime.output_dir) / rundir.node_subdir(cfg.topology.node_rank),
             sweeping=sweeping,
-            explicit=explicit_keys(hydra_cfg),
+            explicit=explicit_keys(hydra_cfg) | {key for key, _ in whole},
             unknown=unknown,
             overrides=task_overrides(hydra_cfg),
             independent_trials=_trials_independent(hydra_cfg),

@@ -70,11 +70,13 @@ def _shared_run(tmp_path_factory, model_cache, name: str, *args: str, env: dict 
 
 @pytest.fixture(scope="session")
 def two_rank_run(tmp_path_factory, model_cache):
-    """A real 2-rank DDP run with W&B offline, a reference model (beta > 0: the score phase runs) and the
-    calculator tool (env=calculator: the tools phase, TRL's tools/* metrics), 2 steps, and a user's reward that
-    imports every library workers once hid (tests/user_code.py): (CompletedProcess, run dir). test_runs (DDP over
-    gloo, user code), test_memory (per-phase peaks in every record), test_agentic (tool calls everywhere) and
-    test_dashboard (panels, quiet console, run report) read it."""
+    """A real 2-rank DDP run with W&B offline, a reference model (beta > 0: the score phase runs), a user's own two
+    tools as TRL's docs write them (tests/user_code.py: the tools phase, TRL's tools/* metrics, the tiny model
+    warm-started on their schemas), its rewards given whole ('data.rewards={...}': the option's are replaced) with
+    one that imports every library workers once hid, and env.working_dir set, 2 steps: (CompletedProcess, run dir).
+    test_runs (DDP over gloo, user code, the working dir), test_memory (per-phase peaks in every record),
+    test_agentic (tool calls everywhere) and test_dashboard (panels, quiet console, run report) read it."""
+    work = tmp_path_factory.mktemp("two_rank_work")
     return _shared_run(
         tmp_path_factory,
         model_cache,
@@ -82,8 +84,11 @@ def two_rank_run(tmp_path_factory, model_cache):
         "logger.mode=offline",
         "trainer.max_steps=2",
         "trainer.beta=0.04",
-        "env=calculator",
-        "+data.rewards.user_imports._target_=tests.user_code.imports_everything",
+        "env.tools=[tests.user_code.multiply,tests.user_code.add]",
+        "trainer.max_tool_calling_iterations=2",
+        "data.rewards={correctness: {_target_: grpo_exp.training.rewards.correctness}, "
+        "user_imports: {_target_: tests.user_code.imports_everything}}",
+        f"env.working_dir={work}",
     )
 
 

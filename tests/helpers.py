@@ -39,13 +39,20 @@ def compose_cfg(*overrides: str, hydra_config: bool = False) -> DictConfig:
     initialised once per test process: re-initialising it costs more than the compose itself. A compose takes
     ~0.1 s, half of make test-fast: each distinct one is composed once per process and handed out as a copy
     (tests change theirs); configs from a search path outside conf/ (a test's own files) are composed anew."""
+    from grpo_exp.config.overrides import set_whole, whole_mappings
+
     if not GlobalHydra.instance().is_initialized():
         initialize_config_dir(str(CONF), version_base="1.3")
     key = (overrides, hydra_config)
+    whole = whole_mappings(list(overrides))  # 'data.rewards={...}': set after composing, as the CLI does
+    given = [o for o in overrides if o not in whole]
     if any("searchpath" in o for o in overrides):
-        return compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+        cfg = compose("config", overrides=given, return_hydra_config=hydra_config)
+        set_whole(cfg, whole.values())
+        return cfg
     if key not in _COMPOSED:
-        _COMPOSED[key] = compose("config", overrides=list(overrides), return_hydra_config=hydra_config)
+        _COMPOSED[key] = compose("config", overrides=given, return_hydra_config=hydra_config)
+        set_whole(_COMPOSED[key], whole.values())
     return copy.deepcopy(_COMPOSED[key])
 
 

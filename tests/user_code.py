@@ -1,13 +1,13 @@
-"""A user's reward function as people write them: it imports what it likes (tests/e2e/test_runs.py runs it inside
-the shared two-rank run's workers). Each library below was once hidden from workers whose run did not use it
-(`sys.modules[name] = None`, to start faster); user code must find every one."""
+"""User code as people write it, run by the shared runs (tests/conftest.py): a reward that imports what it likes
+(each library below was once hidden from workers whose run did not use it, `sys.modules[name] = None`, to start
+faster; user code must find every one), TRL's docs' two tools, and two environments that own their prompts."""
 
 import importlib
 import json
 from pathlib import Path
 
 LIBRARIES = ("peft", "deepspeed", "bitsandbytes", "wandb", "mlflow", "trackio", "swanlab")
-REPORT = "user_code_imports.json"  # written in the worker's working directory (the driver's)
+REPORT = "user_code_imports.json"  # written in the training processes' working directory (env.working_dir)
 
 
 def imports_everything(completions, **kwargs) -> list[float]:
@@ -18,4 +18,77 @@ def imports_everything(completions, **kwargs) -> list[float]:
         except Exception as exc:  # the test names the library and the error
             found[name] = f"{type(exc).__name__}: {exc}"
     Path(REPORT).write_text(json.dumps(found))
+    return [0.0] * len(completions)
+
+
+# TRL's docs' tools, as a user writes them: type hints and a Google-style docstring are the whole schema.
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a * b
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: The first integer.
+        b: The second integer.
+    """
+    return a + b
+
+
+class Counter:
+    """An environment that owns its data and its reward: reset() returns the whole prompt (data=none, or TRL's
+    multi-environment rows, which carry only `environment` and this environment's own columns)."""
+
+    def reset(self, start=0, **row) -> str:
+        self.n = int(start)
+        return f"The counter is at {self.n}. Call increment until it reaches {self.n + 3}."
+
+    def increment(self, step: int) -> str:
+        """Add to the counter.
+
+        Args:
+            step: How much to add.
+        """
+        self.n += int(step)
+        return f"counter: {self.n}"
+
+    def get_reward(self) -> float:
+        return 1.0 if self.n >= 3 else 0.0
+
+
+class Echo:
+    """A second environment for TRL's multi-environment rows."""
+
+    def reset(self, word="hello", **row) -> str:
+        self.word, self.said = word, ""
+        return f"Make the echo tool say '{word}'."
+
+    def echo(self, text: str) -> str:
+        """Repeat a text.
+
+        Args:
+            text: The text to repeat.
+        """
+        self.said = text
+        return text
+
+    def get_reward(self) -> float:
+        return float(self.said == self.word)
+
+
+PROMPTS = "prompts_seen.jsonl"  # written in the training processes' working directory
+
+
+def record_prompts(prompts, completions, **kwargs) -> list[float]:
+    """A reward that scores nothing and writes down the last message of every prompt it is shown."""
+    with open(PROMPTS, "a") as f:
+        for prompt in prompts:
+            f.write(json.dumps(prompt[-1]["content"] if isinstance(prompt, list) else prompt) + "\n")
     return [0.0] * len(completions)

@@ -22,7 +22,7 @@ from grpo_exp.config.schema import DTYPES
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES
 
-LOADERS = ("gsm8k", "hf", "toy_math")  # the functions of training/data.py (a test keeps them equal)
+LOADERS = ("gsm8k", "hf", "none", "toy_math")  # training/data.py's LOADERS (a test keeps them equal)
 # vLLM's --kv-cache-dtype values for NVIDIA GPUs (vllm/config/cache.py CacheDType, without the vendor-specific ones)
 VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # Keys with a fixed set of values: grpo_exp's own, the str fields TRL checks only at run time (trl 1.16
@@ -279,8 +279,9 @@ def check_rewards(cfg: DictConfig) -> list[Problem]:
             Problem(
                 "data.rewards",
                 "no reward function is configured",
-                "add one, e.g. +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness (or an "
-                "env.factory whose environment has get_reward())",
+                "add one: +data.rewards.correctness._target_=grpo_exp.training.rewards.correctness, or give the set "
+                "whole: 'data.rewards={correctness: {_target_: grpo_exp.training.rewards.correctness}}', or an "
+                "environment with get_reward() (env.factory='{_target_: pkg.MyEnv}')",
             )
         )
     for name, node in rewards.items():
@@ -299,7 +300,8 @@ def check_rewards(cfg: DictConfig) -> list[Problem]:
             Problem(
                 "trainer.reward_weights",
                 f"has {len(weights)} weights for {len(rewards)} reward functions ({', '.join(rewards)})",
-                "give one weight per data.rewards entry, or null",
+                f"give one weight per data.rewards entry (trainer.reward_weights=[{', '.join(['1.0'] * len(rewards))}])"
+                ", or trainer.reward_weights=null (an environment's get_reward() takes weight 1 after them)",
             )
         )
     return problems
@@ -484,7 +486,8 @@ def check(cfg: DictConfig) -> list[Problem]:
         return problems
     values = check_choices(cfg) + check_ranges(cfg) + check_mappings(cfg) + check_names(cfg)
     bad = {p.key for p in values}
-    problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + check_deepspeed(cfg)
+    problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + env.check_data_none(cfg)
+    problems += check_deepspeed(cfg)
     problems += check_server_flags(cfg) + check_fsdp(cfg) + check_trackers(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):
         problems += check_lora(cfg)

@@ -61,6 +61,20 @@ def tool_names(cfg: DictConfig) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def tool_sets(cfg: DictConfig) -> list[list[dict]]:
+    """The tool schemas the model is shown, per episode kind: env.tools with each environment's tools (one set per
+    environment; env.tools alone without one), as TRL describes them (transformers' get_json_schema). The tiny
+    model's warm start is built from them (training/tool_warm_start.py). [] for a run without tools."""
+    if not active(cfg):
+        return []
+    from transformers.utils import get_json_schema
+
+    plain = [get_json_schema(locate(path)) for path in cfg.env.tools]
+    classes = [environment_class(node) for node in factories(cfg).values()]
+    sets = [plain + [get_json_schema(f) for f in tools_of(cls)] for cls in classes if cls is not None]
+    return [s for s in sets if s] or ([plain] if plain else [])
+
+
 def owns_reward(cfg: DictConfig) -> bool:
     """Whether an environment scores its episodes (get_reward): then data.rewards may be empty."""
     return any(callable(getattr(environment_class(n), "get_reward", None)) for n in factories(cfg).values())
@@ -97,6 +111,40 @@ def check(cfg: DictConfig) -> list[Problem]:
     for key, node in factories(cfg).items():
         problems += _factory_problems(key, node)
     return problems + _sharded_tool_loop(cfg)
+
+
+def check_data_none(cfg: DictConfig) -> list[Problem]:
+    """data=none: the environment owns the data, as TRL runs it without a train_dataset (grpo_trainer.py: one
+    environment_factory, max_steps > 0, placeholder rows of an empty user message that reset()'s text fills)."""
+    if cfg.data.loader != "none":
+        return []
+    problems = []
+    if cfg.env.factory is None:
+        why = (
+            "env.factories picks each row's environment by the data's `environment` column, and there are no rows"
+            if cfg.env.factories
+            else "no environment gives the prompts (reset() returns each episode's prompt)"
+        )
+        problems.append(
+            Problem("data", f"is none: {why}", "name one: env.factory='{_target_: pkg.MyEnv}', or give data")
+        )
+    if cfg.trainer.max_steps <= 0:
+        problems.append(
+            Problem(
+                "trainer.max_steps",
+                f"is {cfg.trainer.max_steps}: with data=none no dataset sets the run's length (TRL needs max_steps)",
+                "trainer.max_steps=<optimizer steps>, e.g. trainer.max_steps=100",
+            )
+        )
+    if cfg.data.system_prompt:
+        problems.append(
+            Problem(
+                "data.system_prompt",
+                "is set with data=none: the rows TRL builds hold only reset()'s text",
+                "put the instructions in what reset() returns, or data.system_prompt=null",
+            )
+        )
+    return problems
 
 
 def _sharded_tool_loop(cfg: DictConfig) -> list[Problem]:

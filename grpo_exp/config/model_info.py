@@ -40,13 +40,15 @@ ARCH_KEYS = (
     "max_position_embeddings",
 )
 # The tiny model's recipe (training/tiny.py): bump when it changes, so stale caches are rebuilt.
-TINY_BUILD_VERSION = 4
+TINY_BUILD_VERSION = 6
 
 
-def tiny_model_path(model_cfg: DictConfig, tools: bool = False) -> Path:
+def tiny_model_path(model_cfg: DictConfig, tool_sets: list | None = None) -> Path:
     """Where the tiny model for these architecture numbers lives once built (training/tiny.py builds it; with
-    `tools`, the one warm-started on tool calls). Pure: the planner names it in a server's argv."""
+    `tool_sets`, config/env.py's schemas, the one warm-started on calls of those tools). Pure: the planner names
+    it in a server's argv."""
     arch = {k: model_cfg[k] for k in ARCH_KEYS}
+    tools = tool_sets or []
     key = hashlib.sha256(json.dumps([TINY_BUILD_VERSION, arch, tools], sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / f"tiny-{model_cfg.model_type}{'-tools' if tools else ''}-{key}"
 

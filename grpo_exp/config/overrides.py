@@ -106,6 +106,40 @@ def _allows(path: list[str], kind=Config) -> bool:
     return _allows(path[1:], child) if dataclasses.is_dataclass(child) else len(path) == 1
 
 
+def _is_mapping(path: list[str], kind=Config) -> bool:
+    """Whether the schema's key `path` is an open mapping (a Dict field: data.rewards, env.factories)."""
+    hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
+    child = hints.get(path[0])
+    if len(path) > 1:
+        return dataclasses.is_dataclass(child) and _is_mapping(path[1:], child)
+    return typing.get_origin(child) is dict
+
+
+def whole_mappings(items: list[str]) -> dict[str, tuple[str, dict]]:
+    """{override: (key, mapping)} for each `key={...}` on an open mapping of the schema. Hydra merges such a
+    value into the option's mapping and refuses a new name in it (struct mode), so `'data.rewards={}'` would
+    change nothing and `'env.factories={a: {...}}'` would fail: grpo_exp sets the mapping whole after composing
+    instead (what the user wrote). `+key.name=...` still adds one entry, `key.name=null` removes one."""
+    found = {}
+    for item in items:
+        override = _parse_one(item)
+        if override is None or override.is_sweep_override() or override.is_delete() or override.is_add():
+            continue
+        value = override.value()
+        if _is_key(override) and isinstance(value, dict) and _is_mapping(override.key_or_group.split(".")):
+            found[item] = (override.key_or_group, value)
+    return found
+
+
+def set_whole(cfg, mappings) -> None:
+    """Set each (key, mapping) of whole_mappings in the composed `cfg`, replacing what the options gave it."""
+    from omegaconf import OmegaConf, open_dict
+
+    for key, mapping in mappings:
+        with open_dict(cfg):
+            OmegaConf.update(cfg, key, mapping, merge=False)
+
+
 def unknown(items: list[str]) -> dict[str, Problem]:
     """{override: its Problem} for each override naming a key the schema lacks, no key, a group given
     no option name, or a number no float holds (which Hydra parses as an int)."""

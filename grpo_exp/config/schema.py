@@ -180,11 +180,15 @@ class EnvConfig:
     # describes them to the model from those).
     tools: List[str] = field(default_factory=list)
     # One environment per episode: {_target_: pkg.MyEnv, <its keyword arguments>}. Its reset(**row) starts the
-    # episode (a returned string is appended to the prompt), its public methods are tools, and an optional
-    # get_reward() makes it a reward source.
+    # episode (a returned string is appended to the prompt; with data=none it is the prompt), its public methods
+    # are tools, and an optional get_reward() makes it a reward source. A `base_url` argument (an OpenEnv-style
+    # client of an environment server) is checked to answer before launch.
     factory: Any = None
     # Several: name -> {_target_: ...}; each row's `environment` column picks one.
     factories: Dict[str, Any] = field(default_factory=dict)
+    # The training processes' working directory, where a relative path in a tool, an environment or a reward
+    # (TRL's grpo_agent opens biogrid.db) resolves; null = the directory grpo_exp was started in
+    working_dir: Optional[str] = None
 
 
 @dataclass

@@ -31,12 +31,18 @@ class _Unreadable(Exception):
 
 
 def preflight(
-    cfg: DictConfig, reward_columns: dict[str, list[str]], prompts_per_batch: int | None = None
+    cfg: DictConfig,
+    reward_columns: dict[str, list[str]],
+    prompts_per_batch: int | None = None,
+    environment_prompts: bool = False,
 ) -> list[Problem]:
     """Problems with the data the run would read, found without `datasets`: unreadable or empty
     local files, a missing prompt column, columns the reward functions need, fewer rows than one
     generation batch takes (`prompts_per_batch` distinct prompts, when the batch is known). Hub
-    datasets and folders of data files are not read here (the worker reports those)."""
+    datasets and folders of data files are not read here (the worker reports those).
+    `environment_prompts`: an environment's reset() gives the prompt of a row that has none (TRL)."""
+    if cfg.loader == "none":  # TRL's placeholder rows: one empty prompt each, as many as a generation batch takes
+        return _column_problems(cfg, {"prompt"}, "data=none (TRL's rows hold only the prompt)", reward_columns)
     if cfg.loader == "toy_math":
         # it generates data.num_samples rows
         columns, rows = (
@@ -84,6 +90,8 @@ def preflight(
         if found is None:  # a hub id or a folder of data files: read in the worker (data.num_samples bounds it)
             return row_problems(cfg, None, where, prompts_per_batch)
         columns, rows = found
+    if environment_prompts and cfg.prompt_column not in columns:
+        columns = columns | {cfg.prompt_column}  # TRL's multi-environment rows: reset() gives the prompt
     return _column_problems(cfg, columns, where, reward_columns) + row_problems(cfg, rows, where, prompts_per_batch)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, is_local_path
+from grpo_exp.config import env
 from grpo_exp.config.checks import reward_columns
 from grpo_exp.launching import data_files, ports
 from grpo_exp.planning.checks import generation_batch_size
@@ -117,8 +118,6 @@ def check_chat_template(cfg: DictConfig) -> list[Problem]:
     back out of responses (a response template, or one TRL knows for the template): TRL's own checks
     (supports_tool_calling, add_response_schema) on the tokenizer files of a local model, before any process
     starts. The tiny model's template is grpo_exp's (tested); a hub model is checked by TRL in the worker."""
-    from grpo_exp.config import env
-
     path = cfg.model.name_or_path
     if not env.active(cfg) or path is None or not is_local_path(path) or check_model_path(cfg):
         return []
@@ -160,11 +159,13 @@ def check_environment_column(cfg: DictConfig) -> list[Problem]:
     if not cfg.env.factories:
         return []
     listed = sorted(cfg.env.factories)
+    if cfg.data.loader == "none":
+        return []  # config/env.py's check_data_none refuses it
     if cfg.data.loader == "toy_math":
         return [
             Problem(
                 "env.factories",
-                "picks each row's environment by its `environment` column, and data.loader=toy_math has none",
+                f"picks each row's environment by its `environment` column, and data.loader={cfg.data.loader} has none",
                 "use data with an environment column (data=hf data.path=...), or one environment: env.factory",
             )
         ]
@@ -179,6 +180,51 @@ def check_environment_column(cfg: DictConfig) -> list[Problem]:
             "env.factories",
             f"lists {listed}; the data's environment column also names {unknown}",
             f"add {unknown[0]} to env.factories (env.factories.{unknown[0]}={{_target_: ...}}), or fix those rows",
+        )
+    ]
+
+
+ENVIRONMENT_SERVER_TIMEOUT_S = 5.0
+
+
+def check_environment_servers(cfg: DictConfig, timeout_s: float = ENVIRONMENT_SERVER_TIMEOUT_S) -> list[Problem]:
+    """An environment that is a client of a server (OpenEnv's clients take a `base_url`) must find it answering
+    before any process starts: otherwise every rank fails at its first reset(), after the model loaded. Any HTTP
+    answer counts, an error status too (the server is there); no connection does not."""
+    import urllib.error
+    import urllib.request
+
+    problems = []
+    for key, node in env.factories(cfg).items():
+        url = node.get("base_url") if isinstance(node, DictConfig) else None
+        if not isinstance(url, str):
+            continue
+        try:
+            urllib.request.urlopen(url, timeout=timeout_s).close()
+        except urllib.error.HTTPError:
+            continue
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            why = getattr(exc, "reason", exc)
+            problems.append(
+                Problem(
+                    f"{key}.base_url",
+                    f"{url} does not answer ({why}): the environment's server must be up before the run starts",
+                    f"start the environment server, or point {key}.base_url at one that answers",
+                )
+            )
+    return problems
+
+
+def check_working_dir(cfg: DictConfig) -> list[Problem]:
+    """env.working_dir names a directory this node has (the training processes start in it)."""
+    path = cfg.env.working_dir
+    if path is None or Path(path).expanduser().is_dir():
+        return []
+    return [
+        Problem(
+            "env.working_dir",
+            f"{path} is not a directory on this node",
+            "create it, or env.working_dir=null (the directory grpo_exp was started in)",
         )
     ]
 
@@ -201,8 +247,10 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
         + check_launcher(cfg, plan)
         + check_model_path(cfg)
         + check_libraries(cfg)
-        + data_files.preflight(cfg.data, reward_columns(cfg), per_batch)
+        + data_files.preflight(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
         + check_environment_column(cfg)
+        + check_environment_servers(cfg)
+        + check_working_dir(cfg)
         + _eval_data(cfg)
         + check_chat_template(cfg)
         + check_versions(cfg, plan)
@@ -214,22 +262,27 @@ def check_data(cfg: DictConfig, plan, batch_known: bool = True) -> list[Problem]
     (unchecked_data notes the others)."""
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
     problems = []
-    if cfg.data.loader == "toy_math" or _here(cfg.data.path):
-        problems += data_files.preflight(cfg.data, reward_columns(cfg), per_batch) + check_environment_column(cfg)
+    if cfg.data.loader in ("toy_math", "none") or _here(cfg.data.path):
+        problems += data_files.preflight(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
+        problems += check_environment_column(cfg)
     if _here(cfg.data.eval_path):
         problems += _eval_data(cfg)
     return problems
 
 
 def unchecked_data(cfg: DictConfig) -> list[str]:
-    """What a plan could not check of the run's data, as plan notes."""
+    """What a plan could not check of the run's data and environment servers, as plan notes."""
     notes = []
     for key in ("data.path", "data.eval_path"):
         path = OmegaConf.select(cfg, key)
-        if path is None or _here(path) or (key == "data.path" and cfg.data.loader == "toy_math"):
+        if path is None or _here(path) or (key == "data.path" and cfg.data.loader in ("toy_math", "none")):
             continue
         where = "is not on this machine" if is_local_path(path) else "is a hub dataset id"
         notes.append(f"{key} {path} {where}: not checked by the plan (action=run checks it before launch)")
+    for key, node in env.factories(cfg).items():
+        url = node.get("base_url") if isinstance(node, DictConfig) else None
+        if isinstance(url, str):
+            notes.append(f"{key}.base_url {url}: not called by the plan (action=run checks that it answers)")
     return notes
 
 

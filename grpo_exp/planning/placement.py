@@ -151,7 +151,7 @@ def served_model(cfg: DictConfig) -> str:
     from grpo_exp.config import env
     from grpo_exp.config.model_info import tiny_model_path
 
-    return str(tiny_model_path(cfg.model, tools=env.active(cfg)))
+    return str(tiny_model_path(cfg.model, env.tool_sets(cfg)))
 
 
 # vllm.weight_sync=filesystem: the worker extension the server reloads the policy with (named, not imported here)

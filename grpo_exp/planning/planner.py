@@ -41,6 +41,11 @@ def preflight(cfg: DictConfig, plan) -> dict:
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     errors += [line for node in _distinct(hosts) for line in _host_errors(x, node)]
     notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
+    if cfg.data.loader == "none" and cfg.data.max_prompt_length:
+        notes.append(
+            f"data=none: the environment's reset() gives every prompt; planned at data.max_prompt_length="
+            f"{cfg.data.max_prompt_length} tokens (no data to scan: set it to reset()'s longest prompt)"
+        )
     notes += list(cfg.model.get("planner_notes") or [])  # what this architecture has that the formulas do not model
     notes += _setting_notes(cfg, x) + _episode_notes(cfg, x) + _costly_switch_notes(x, e.fits)
     if cfg.topology.host_memory_gib is None and hosts and hosts[0].capacity is None:
@@ -170,6 +175,19 @@ def _episode_notes(cfg: DictConfig, x: Inputs) -> list[str]:
         f"each tool round is another generation round over the episodes that called a tool: up to "
         f"{rounds if rounds is not None else 'unlimited (trainer.max_tool_calling_iterations=null)'} per episode",
     ]
+    where = cfg.env.working_dir or "the directory grpo_exp is started in (env.working_dir=null)"
+    notes.append(f"the training processes run in {where}: tools, environments and rewards open relative paths there")
+    names = ", ".join(env.tool_names(cfg))
+    if cfg.model.name_or_path is None:
+        notes.append(
+            f"the tiny model is warm-started on calls of this run's tools ({names}: names, argument names and types "
+            "from their schemas, cached per schema); the calls in training are sampled from its own tokens"
+        )
+    else:
+        notes.append(
+            f"tool calls ({names}) are {cfg.model.name_or_path}'s own: grpo_exp warm-starts only the tiny model, "
+            "so a checkpoint that was never taught tool calls may make none"
+        )
     if x.vllm_mode != "off":
         notes.append(
             f"vLLM's context must hold prompt + episode ({x.prompt + x.completion} tokens): vllm.max_model_length "

@@ -33,7 +33,7 @@ def model_path(cfg: DictConfig) -> str:
     from grpo_exp.config import env
     from grpo_exp.training.tiny import tiny_model_dir
 
-    return str(tiny_model_dir(cfg.model, tools=env.active(cfg)))
+    return str(tiny_model_dir(cfg.model, env.tool_sets(cfg)))
 
 
 def deepspeed_dict(cfg: DictConfig) -> dict | None:
@@ -219,8 +219,8 @@ def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phas
     path = model_path(cfg)
     tok = tokenizer(cfg, path)
     args = grpo_config(cfg, run_dir, use_cpu)
-    dataset = build_dataset(cfg.data, tok, cfg.seed)
-    too_few = row_problems(
+    dataset = build_dataset(cfg.data, tok, cfg.seed)  # None: data=none, TRL builds rows for reset() to fill
+    too_few = dataset is not None and row_problems(
         cfg.data,
         len(dataset),
         "the dataset after loading and filtering",

@@ -3,8 +3,9 @@ every other column kept, because TRL hands each one to the reward functions as a
 (grpo_exp's own rewards take `answer`).
 
 `data.loader` picks the function below: `toy_math` (generated), `gsm8k` (its final answers
-extracted) or `hf` (anything `datasets.load_dataset` reads: a hub id, a `save_to_disk` directory,
-a folder of data files, or a .json/.jsonl/.csv/.parquet file). `data.prompt_column` and
+extracted), `hf` (anything `datasets.load_dataset` reads: a hub id, a `save_to_disk` directory,
+a folder of data files, or a .json/.jsonl/.csv/.parquet file) or `none` (the environment's reset()
+gives every prompt: TRL's environment_factory without a train_dataset). `data.prompt_column` and
 `data.answer_column` become `prompt` and `answer`. `data.max_prompt_length` then drops prompts
 longer than that many tokens and logs how many went: TRL has no prompt length limit, and long
 prompts are the first thing to cut when GRPO runs out of memory.
@@ -62,7 +63,12 @@ def hf(cfg: DictConfig, seed: int) -> "Dataset":
     return load_dataset(cfg.path, cfg.subset, split=cfg.split)  # a hub id, or a folder of data files
 
 
-LOADERS = {"toy_math": toy_math, "gsm8k": gsm8k, "hf": hf}
+def none(cfg: DictConfig, seed: int) -> None:
+    """data=none: no dataset; the environment's reset() gives every prompt (TRL builds placeholder rows)."""
+    return None
+
+
+LOADERS = {"toy_math": toy_math, "gsm8k": gsm8k, "hf": hf, "none": none}
 
 
 def to_chat(prompt, system_prompt: str | None) -> list[dict]:
@@ -75,14 +81,21 @@ def to_chat(prompt, system_prompt: str | None) -> list[dict]:
     return messages
 
 
-def build_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset":
+def build_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset | None":
     """The training dataset for `cfg` (the `data` group): columns renamed, prompts formatted,
-    too-long prompts dropped; every other column stays for the reward functions."""
+    too-long prompts dropped; every other column stays for the reward functions. None for data=none.
+    Rows without a prompt (TRL's multi-environment data: an `environment` column and that environment's
+    own) keep none: each environment's reset() gives it, as TRL does."""
     ds = LOADERS[cfg.loader](cfg, seed)
+    if ds is None:
+        return None
     if cfg.num_samples is not None and len(ds) > cfg.num_samples:
         ds = ds.select(range(cfg.num_samples))
     renames = {cfg.prompt_column: "prompt", cfg.answer_column: "answer"}
     ds = ds.rename_columns({old: new for old, new in renames.items() if old != new and old in ds.column_names})
+    if "prompt" not in ds.column_names:
+        log.info("dataset: %d rows without prompts: each environment's reset() gives the prompt", len(ds))
+        return ds
     if cfg.conversational:
         ds = ds.map(lambda row: {"prompt": to_chat(row["prompt"], cfg.system_prompt)})
     if cfg.max_prompt_length is not None:

@@ -4,9 +4,10 @@ tokenizer trained here on the toy-math vocabulary and a ChatML chat template tha
 touches a hub.
 
 A run with tools (env=calculator, env=number_game, your own) gets the same model after a short supervised
-warm start on the shipped environments' call format (`tools=True`): a random-init model never writes a
-well-formed call, so without it an agentic run on CPU would only ever see failed or absent tool calls. The
-calls in training still come from the model's own tokens; the warm start only taught it the format.
+warm start on calls of the run's own tools (`tool_sets`: their schemas, config/env.py), cached per set of
+schemas: a random-init model never writes a well-formed call, so without it an agentic run on CPU would only
+ever see failed or absent tool calls. The calls in training still come from the model's own tokens; the warm
+start only taught it the tools' names, argument names and types.
 
 Built once and cached as an ordinary HF model directory, which GRPOTrainer then loads through the
 same `from_pretrained` path a real model takes. Ranks starting together share one build (file lock).
@@ -63,24 +64,24 @@ RESPONSE_TEMPLATE = {
 }
 
 
-def tiny_model_dir(model_cfg: DictConfig, tools: bool = False) -> Path:
-    """Where the tiny model for these architecture numbers lives (built if missing); with `tools`, the
-    one warm-started on the shipped environments' tool calls."""
+def tiny_model_dir(model_cfg: DictConfig, tool_sets: list | None = None) -> Path:
+    """Where the tiny model for these architecture numbers lives (built if missing); with `tool_sets`, the
+    one warm-started on calls of those tools."""
     arch = {k: model_cfg[k] for k in ARCH_KEYS}
-    path = tiny_model_path(model_cfg, tools)
+    path = tiny_model_path(model_cfg, tool_sets)
     if not (path / "READY").exists():
         from filelock import FileLock
 
         path.parent.mkdir(parents=True, exist_ok=True)
         with FileLock(str(path) + ".lock"):
             if not (path / "READY").exists():
-                _build(arch, path, tools)
+                _build(arch, path, tool_sets or [])
     return path
 
 
-def _corpus() -> list[str]:
-    """Text the tokenizer learns from: what toy_math prompts, good completions and the shipped tools' calls
-    look like."""
+def _corpus(tool_sets: list) -> list[str]:
+    """Text the tokenizer learns from: what toy_math prompts, good completions and the tools' calls look like
+    (the shipped ones always, the run's own when it has them)."""
     lines = [
         "What is 17 + 25? <think>17 plus 25 is 42.</think><answer>42</answer>",
         "Think in <think></think>, then give the final number in <answer></answer>.",
@@ -93,10 +94,13 @@ def _corpus() -> list[str]:
     ] * 20
     lines += [f'{{"name": "guess", "arguments": {{"number": {n}}}}}' for n in range(0, 100, 9)] * 4
     lines += [str(n) for n in range(-100, 10000, 37)]
+    for schema in (tool["function"] for tools in tool_sets for tool in tools):
+        arguments = ", ".join(f'"{name}": 1' for name in schema.get("parameters", {}).get("properties", {}))
+        lines += [f'tools: {schema["name"]} {{"name": "{schema["name"]}", "arguments": {{{arguments}}}}}'] * 20
     return lines
 
 
-def _build(arch: dict, path: Path, tools: bool) -> None:
+def _build(arch: dict, path: Path, tool_sets: list) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -109,7 +113,7 @@ def _build(arch: dict, path: Path, tools: bool) -> None:
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
-    bpe.train_from_iterator(_corpus(), trainer=trainer)
+    bpe.train_from_iterator(_corpus(tool_sets), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe,
         eos_token="<|im_end|>",
@@ -130,10 +134,10 @@ def _build(arch: dict, path: Path, tools: bool) -> None:
     model = Qwen2ForCausalLM(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if tools:
+    if tool_sets:
         from grpo_exp.training.tool_warm_start import warm_start
 
-        warm_start(model, tokenizer)
+        warm_start(model, tokenizer, tool_sets)
 
     tmp = path.with_name(path.name + ".tmp")
     model.save_pretrained(tmp)
@@ -151,4 +155,4 @@ if __name__ == "__main__":
     from grpo_exp.config import env
 
     cfg = OmegaConf.create(sys.stdin.read())
-    print(tiny_model_dir(cfg.model, tools=env.active(cfg)))
+    print(tiny_model_dir(cfg.model, env.tool_sets(cfg)))

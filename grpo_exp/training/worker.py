@@ -234,7 +234,11 @@ def main(config_path: str) -> int:
     _setup_logging(rank)
     preemption = Preemption()
     preemption.install()
-    state = _prepare(rundir.load_config(config_path), Path(config_path).parent, rank, world_size)
+    cfg = rundir.load_config(config_path)
+    run_dir = Path(config_path).resolve().parent
+    if cfg.env.working_dir is not None:  # where the user's tools, environments and rewards open relative paths
+        os.chdir(Path(cfg.env.working_dir).expanduser())
+    state = _prepare(cfg, run_dir, rank, world_size)
     ended = _train(state, preemption)
     _record(state, ended)
     return outcome.EXIT_CODES[ended["status"]]

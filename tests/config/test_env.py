@@ -4,7 +4,7 @@ in the driver, each with its key, why and a fix."""
 import pytest
 
 from grpo_exp.config import env
-from tests.helpers import compose_cfg, problem_keys, problems, report
+from tests.helpers import compose_cfg, planned, problem_keys, problems, report
 
 
 @pytest.mark.parametrize("option", ["none", "calculator", "number_game"])
@@ -99,3 +99,137 @@ def test_user_code_that_does_not_import_is_refused_with_its_own_cause(tmp_path, 
     ):
         found = [p for p in problems("action=plan", *overrides) if p.key == key]
         assert found and cause in found[0].why, (key, found)
+
+
+# --- as TRL users write it: whole mappings, data=none, the environment around the code --------------------------
+
+COUNTER = "env.factory={_target_: tests.user_code.Counter}"
+BOTH = "env.factories={counter: {_target_: tests.user_code.Counter}, echo: {_target_: tests.user_code.Echo}}"
+
+
+def test_a_mapping_given_whole_replaces_the_options_one():
+    """`key={...}` on an open mapping is what the user wrote (Hydra would merge it into the option's, and refuse a
+    new name in it); `+key.name=` still adds one entry. Only plain assignments of a mapping qualify."""
+    from grpo_exp.config import overrides
+
+    given = [BOTH, "data.rewards={}", "+data.rewards.x._target_=m.f", "trainer.beta=0.1", "env.factory={_target_: m.E}"]
+    assert overrides.whole_mappings(given) == {
+        BOTH: (
+            "env.factories",
+            {"counter": {"_target_": "tests.user_code.Counter"}, "echo": {"_target_": "tests.user_code.Echo"}},
+        ),
+        "data.rewards={}": ("data.rewards", {}),
+    }
+    assert list(compose_cfg(BOTH).env.factories) == ["counter", "echo"]
+    assert dict(compose_cfg("env=number_game", "data.rewards={}").data.rewards) == {}
+    mine = compose_cfg("data.rewards={mine: {_target_: tests.user_code.record_prompts}}").data.rewards
+    assert list(mine) == ["mine"]  # toy_math's three are gone
+
+
+def test_no_reward_source_at_all_is_refused_with_the_overrides_that_give_one():
+    (found,) = [p for p in problems("data.rewards={}") if p.key == "data.rewards"]
+    assert "'data.rewards={correctness: {_target_:" in found.fix and "+data.rewards.correctness._target_" in found.fix
+    assert "data.rewards" not in problem_keys(problems("env=number_game", "data.rewards={}"))  # get_reward scores
+    (weights,) = [p for p in problems("trainer.reward_weights=[1.0,1.0]") if p.key == "trainer.reward_weights"]
+    assert "trainer.reward_weights=[1.0, 1.0, 1.0]" in weights.fix
+
+
+def test_data_none_the_environment_owns_the_data():
+    text, cfg = report("data=none", COUNTER, "trainer.max_steps=4", "action=plan")
+    assert text == "" and cfg.data.loader == "none"
+    notes = planned("data=none", COUNTER, "trainer.max_steps=4").memory["notes"]
+    assert any("data=none" in n and "data.max_prompt_length=128" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    "overrides, key, why",
+    [
+        (["data=none", COUNTER, "trainer.max_steps=-1"], "trainer.max_steps", "no dataset sets the run's length"),
+        (["data=none", "trainer.max_steps=4"], "data", "no environment gives the prompts"),
+        (["data=none", BOTH, "trainer.max_steps=4"], "data", "env.factories picks each row's environment"),
+        (["data=none", COUNTER, "trainer.max_steps=4", "data.system_prompt=hi"], "data.system_prompt", "reset()"),
+        (
+            [
+                "data=none",
+                COUNTER,
+                "trainer.max_steps=4",
+                "+data.rewards.c._target_=grpo_exp.training.rewards.correctness",
+            ],
+            "data.answer_column",
+            "data=none",
+        ),
+    ],
+)
+def test_data_none_is_refused_where_trl_would_fail(overrides, key, why):
+    found = [p for p in problems("action=plan", *overrides) if p.key == key]
+    assert found and why in found[0].why, problems("action=plan", *overrides)
+
+
+def test_multi_environment_rows_need_no_prompt(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"environment": "counter", "start": 1}\n{"environment": "echo", "word": "w"}\n' * 8)
+    base = ["action=plan", "data=hf", f"data.path={rows}", "data.rewards={}"]
+    assert problems(*base, BOTH) == []
+    assert "data.prompt_column" in problem_keys(problems(*base[:-1], "env=calculator"))  # no environment: needed
+
+
+def test_the_tool_schemas_are_the_warm_starts_and_its_cache_key():
+    from grpo_exp.config.model_info import tiny_model_path
+
+    mine = compose_cfg("env.tools=[tests.user_code.multiply,tests.user_code.add]")
+    (tools,) = env.tool_sets(mine)
+    assert [t["function"]["name"] for t in tools] == ["multiply", "add"]
+    assert tools[0]["function"]["parameters"]["properties"]["a"] == {
+        "type": "integer",
+        "description": "The first integer.",
+    }
+    both = env.tool_sets(compose_cfg("env.tools=[tests.user_code.multiply]", BOTH))
+    assert [[t["function"]["name"] for t in s] for s in both] == [["multiply", "increment"], ["multiply", "echo"]]
+    assert env.tool_sets(compose_cfg()) == []
+    paths = {tiny_model_path(c.model, env.tool_sets(c)) for c in (compose_cfg(), mine, compose_cfg("env=calculator"))}
+    assert len(paths) == 3
+
+
+def test_the_plan_says_whose_tool_calls_they_are_and_where_the_code_runs(tmp_path):
+    notes = planned("env.tools=[tests.user_code.multiply,tests.user_code.add]").memory["notes"]
+    assert any("warm-started on calls of this run's tools (multiply, add" in n for n in notes)
+    assert any("the directory grpo_exp is started in (env.working_dir=null)" in n for n in notes)
+    real = planned("env=calculator", "model=qwen7b", "topology=1x8", f"env.working_dir={tmp_path}").memory["notes"]
+    assert any("are Qwen/Qwen2.5-7B-Instruct's own" in n for n in real)
+    assert any(f"run in {tmp_path}" in n for n in real)
+
+
+def test_a_working_dir_that_is_not_there_is_refused_before_launch(tmp_path):
+    from grpo_exp.launching import preflight
+
+    cfg = compose_cfg("env=calculator", f"env.working_dir={tmp_path}")
+    assert preflight.check_working_dir(cfg) == []
+    cfg.env.working_dir = str(tmp_path / "gone")
+    (found,) = preflight.check_working_dir(cfg)
+    assert found.key == "env.working_dir" and "gone" in found.why
+
+
+def test_an_environment_server_that_does_not_answer_is_refused_before_launch():
+    """An OpenEnv-style client names its server's base_url; preflight calls it (any HTTP answer counts)."""
+    import http.server
+    import socket
+    import threading
+
+    from grpo_exp.launching import preflight
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)  # answers 501
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    try:
+        up = compose_cfg(
+            f"env.factory={{_target_: tests.user_code.Counter, base_url: 'http://127.0.0.1:{server.server_port}'}}"
+        )
+        assert preflight.check_environment_servers(up) == []
+        down = compose_cfg(f"env.factory={{_target_: tests.user_code.Counter, base_url: 'http://127.0.0.1:{closed}'}}")
+        (found,) = preflight.check_environment_servers(down, timeout_s=2)
+        assert found.key == "env.factory.base_url" and "does not answer" in found.why
+        assert any("base_url" in n and "action=run checks" in n for n in preflight.unchecked_data(down))
+    finally:
+        server.shutdown()

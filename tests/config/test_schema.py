@@ -39,7 +39,7 @@ MATRIX = [
 def test_every_group_has_options():
     assert {g: len(group_options(g)) for g in GROUPS} == {
         "model": 15,
-        "data": 4,
+        "data": 5,
         "trainer": 1,
         "vllm": 3,
         "deepspeed": 6,

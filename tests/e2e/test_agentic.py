@@ -1,7 +1,9 @@
-"""Agentic GRPO for real, on the 2 CPU processes of make demo: the calculator tool (the session's two_rank_run)
+"""Agentic GRPO for real, on the 2 CPU processes of make demo: a user's own two tools (the session's two_rank_run)
 and the number game's environments (job 1 of two_job_sweep) train from tool calls the model writes itself; the
 tools phase and TRL's tools/* metrics reach metrics.jsonl, summary.json, W&B and the run report; a tool that
 raises is a failed call, one that hangs a stalled run."""
+
+import json
 
 import psutil
 import pytest
@@ -34,12 +36,17 @@ def assert_agentic(result, run_dir, steps: int) -> dict:
     return summary
 
 
-def test_the_calculator_tool_trains_on_two_ranks(two_rank_run):
+def test_a_users_own_tools_train_on_two_ranks_and_the_tiny_model_calls_them(two_rank_run):
+    """TRL's docs' multiply and add: the warm start built from their schemas makes the tiny model call them, and
+    most calls are ones the tools accept (measured: 0.6-0.9 calls per episode, under 0.15 of them failed)."""
     result, run_dir = two_rank_run
     assert_agentic(result, run_dir, steps=2)
     episode = plan_file.read(run_dir)["env"]
-    assert episode["name"] == "calculator" and episode["tools"] == ["calculator"]
+    assert episode["name"] == "custom" and episode["tools"] == ["multiply", "add"]
     assert episode["instances_per_rank"] == 4  # per_device_train_batch_size 4 x 1 step per generation
+    records = rundir.read_metrics(run_dir)
+    assert sum(r[metrics.TOOL_CALLS] for r in records) / len(records) > 0.2
+    assert sum(r[metrics.TOOL_FAILURES] for r in records) / len(records) < 0.5
 
 
 def test_the_number_game_trains_on_two_ranks_and_scores_its_episodes(two_job_sweep):
@@ -85,3 +92,64 @@ def test_a_tool_that_hangs_is_a_stalled_run_with_its_stack(cli):
     stack = (run_dir / "stacks" / "rank1.txt").read_text()
     assert "in calculator" in stack and "_tool_call_loop" in stack
     assert not [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
+
+
+def _prompts_seen(work) -> set[str]:
+    from tests.user_code import PROMPTS
+
+    return {json.loads(line) for line in (work / PROMPTS).read_text().splitlines()}
+
+
+def test_data_none_the_environment_owns_the_data(cli, tmp_path):
+    """TRL's environment_factory without a train_dataset: reset()'s return is the whole prompt, max_steps the length,
+    get_reward the environment's reward beside a user reward that needs no dataset column."""
+    work = tmp_path / "work"
+    work.mkdir()
+    result, run_dir = cli(
+        "logger=none",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=2",
+        "data=none",
+        "env.factory={_target_: tests.user_code.Counter}",
+        "+data.rewards.seen._target_=tests.user_code.record_prompts",
+        f"env.working_dir={work}",
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    records = rundir.read_metrics(run_dir)
+    assert len(records) == 2 and all("rewards/Counter/mean" in r for r in records)
+    seen = _prompts_seen(work)
+    assert seen and all(p.startswith("The counter is at ") for p in seen), seen  # reset()'s text, nothing before it
+
+
+def test_multi_environment_rows_carry_only_their_environment(cli, tmp_path):
+    """TRL's multi-environment data as its docs write it: the dict form of env.factories, rows naming only their
+    `environment` (and that environment's columns), each reset() giving the prompt; the environments' get_reward
+    are the only rewards once data.rewards is given whole."""
+    work = tmp_path / "work"
+    work.mkdir()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"environment": "echo" if i % 2 else "counter", "start": i % 5, "word": f"w{i % 7}"}) + "\n"
+            for i in range(64)
+        )
+    )
+    result, run_dir = cli(
+        "logger=none",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=2",
+        "data=hf",
+        f"data.path={rows}",
+        "env.factories={counter: {_target_: tests.user_code.Counter}, echo: {_target_: tests.user_code.Echo}}",
+        "data.rewards={seen: {_target_: tests.user_code.record_prompts}}",
+        "trainer.shuffle_dataset=false",  # one prompt a step, in row order: a counter episode, then an echo one
+        f"env.working_dir={work}",
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    config = rundir.load_config(run_dir / rundir.CONFIG)
+    assert list(config.data.rewards) == ["seen"] and list(config.env.factories) == ["counter", "echo"]
+    records = rundir.read_metrics(run_dir)
+    assert all("rewards/Counter/mean" in r and "rewards/Echo/mean" in r for r in records)
+    seen = _prompts_seen(work)
+    assert any(p.startswith("The counter is at ") for p in seen) and any(p.startswith("Make the echo") for p in seen)
+    assert all(p.startswith(("The counter is at ", "Make the echo")) for p in seen), seen

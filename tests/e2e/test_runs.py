@@ -6,6 +6,7 @@ multirun runs are the session's shared ones (conftest.py), which other modules r
 import json
 import shutil
 import signal
+from pathlib import Path
 
 import psutil
 import pytest
@@ -215,10 +216,11 @@ def test_killing_one_rank_ends_the_whole_run(training_run):
 
 
 def test_user_code_in_the_workers_imports_every_library_it_likes(two_rank_run):
-    """A reward that imports peft, deepspeed, bitsandbytes and each tracker, in a run that uses none of them."""
+    """A reward that imports peft, deepspeed, bitsandbytes and each tracker, in a run that uses none of them; it
+    writes its report where it runs: env.working_dir."""
     from tests.user_code import LIBRARIES, REPORT
 
     _, run_dir = two_rank_run
-    found = json.loads((run_dir.parent / REPORT).read_text())
+    found = json.loads((Path(rundir.load_config(run_dir / rundir.CONFIG).env.working_dir) / REPORT).read_text())
     failed = {name: found.get(name) for name in LIBRARIES if ":" in str(found.get(name, ":missing"))}
     assert not failed, failed
