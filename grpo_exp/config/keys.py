@@ -14,27 +14,38 @@ Three tables, one job each:
 Pure Python: the driver uses it before anything is imported.
 """
 
+import logging
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grpo_exp import Problem
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Alias:
     canonical: str  # the full key the alias resolves to
     unset: object = None  # the alias's value when the user did not set it
+    note: str = ""  # said (logged, and in an imported experiment) when the alias is used
 
 
+TRL2_NOTE = "TRL 2.0 removes this name; written under the one TRL 1.16 says replaces it"
 ALIASES = {
     # transformers 5: "`gradient_checkpointing*` are deprecated aliases of `activation_checkpointing*`,
     # used only when the new name is not set" (TrainingArguments.__post_init__).
     "trainer.gradient_checkpointing": Alias("trainer.activation_checkpointing"),
     "trainer.gradient_checkpointing_kwargs": Alias("trainer.activation_checkpointing_kwargs"),
-    # trl 1.16 GRPOConfig.__post_init__: the old names set the new ones.
-    "trainer.use_transformers_paged": Alias("trainer.use_transformers_continuous_batching", unset=False),
-    "vllm.importance_sampling_cap": Alias("vllm.importance_sampling_clip_max"),
+    # trl 1.16 GRPOConfig.__post_init__ / GRPOTrainer: the old names set the new ones, and TRL 2.0 removes them, so
+    # a recipe written today keeps working after it.
+    "trainer.use_transformers_paged": Alias(
+        "trainer.use_transformers_continuous_batching", unset=False, note=TRL2_NOTE
+    ),
+    "vllm.importance_sampling_cap": Alias("vllm.importance_sampling_clip_max", note=TRL2_NOTE),
+    # TRL's own replacement ("Use the Hub kernels instead, with model_init_kwargs={'use_kernels': True}"): the
+    # hub's kernels, which need the `kernels` package (preflight checks it)
+    "trainer.use_liger_kernel": Alias("trainer.model_init_kwargs.use_kernels", unset=False, note=TRL2_NOTE),
 }
 
 # key -> {value as the schema holds it: the value TRL turns it into}. A str field holds a YAML
@@ -72,8 +83,11 @@ def resolve(cfg: DictConfig, explicit: set[str]) -> list[Problem]:
                 )
             )
             continue
-        OmegaConf.update(cfg, target.canonical, value, merge=False)
+        with open_dict(cfg):  # the canonical key may sit inside an untyped mapping (model_init_kwargs)
+            OmegaConf.update(cfg, target.canonical, value, merge=False)
         OmegaConf.update(cfg, alias, target.unset, merge=False)
+        if target.note:
+            log.warning("%s=%r is %s=%r: %s", alias, plain, target.canonical, plain, target.note)
     return problems
 
 
@@ -143,7 +157,7 @@ HOMES = {
     # open-r1's GRPOScriptArguments and GRPOConfig additions
     "dataset_prompt_column": _home("data.prompt_column"),
     "system_prompt": _home("data.system_prompt"),
-    "chat_template": _home(None, "grpo_exp uses the tokenizer's own chat template"),
+    "chat_template": _home("model.chat_template", "given to the tokenizer in place of its own"),
     "benchmarks": _ignored("open-r1's evaluations of pushed checkpoints, run after and outside the training run"),
     "callbacks": _ignored("open-r1's hub-push callbacks: they act on pushed checkpoints, not on training"),
     "hub_model_revision": _home("trainer.hub_revision"),

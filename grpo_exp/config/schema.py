@@ -62,6 +62,9 @@ class ModelConfig:
     vision_parameters: int = 0
     quantization: Optional[QuantizationConfig] = None  # null: 16/32-bit weights (model.dtype)
     planner_notes: List[str] = field(default_factory=list)  # what the planner does not model for this architecture
+    # A Jinja chat template given to the tokenizer instead of its own (open-r1's `chat_template` for base models);
+    # null: the tokenizer's. It changes what the model sees, not the memory plan (prompt lengths are data's).
+    chat_template: Optional[str] = None
 
 
 @dataclass

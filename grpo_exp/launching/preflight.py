@@ -81,6 +81,15 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
                 "pip install 'bitsandbytes>=0.50'",
             )
         )
+    if (cfg.trainer.model_init_kwargs or {}).get("use_kernels") and importlib.util.find_spec("kernels") is None:
+        problems.append(
+            Problem(
+                "trainer.model_init_kwargs.use_kernels",
+                "needs the hub's `kernels` package, which is not installed here (trainer.use_liger_kernel=true means "
+                "this too: TRL 1.16 names it Liger's successor)",
+                "pip install kernels, or trainer.model_init_kwargs.use_kernels=false",
+            )
+        )
     missing = set(TRACKERS) - set(installed_trackers())  # an unknown name is check_trackers' problem
     for tracker in trackers(cfg):
         if tracker in missing:

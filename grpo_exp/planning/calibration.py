@@ -26,6 +26,7 @@ GROUPS = {
     "states": (
         "weights",
         "gradients",
+        "fp32_gradients",
         "optimizer",
         "reference_model",
         "zero1_full_gradients",

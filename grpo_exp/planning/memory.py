@@ -76,12 +76,14 @@ def model_states(x: Inputs) -> dict[str, float]:
         return {
             "weights": on_gpu * (frozen * wb + trainable * tb) / shard,
             "gradients": on_gpu * trainable * tb / shard,
+            "fp32_gradients": 0.0,  # AdamW steps on the gradients backward left
             "optimizer": on_gpu * 2 * trainable * tb / shard,
         }
     if x.zero_stage == 0:
         return {
             "weights": frozen * wb + trainable * tb,
             "gradients": trainable * tb,
+            "fp32_gradients": 0.0,
             "optimizer": 2 * trainable * tb,  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
         }
 
@@ -89,21 +91,22 @@ def model_states(x: Inputs) -> dict[str, float]:
         return b / n
 
     weights = (frozen * wb + trainable * tb) if x.zero_stage < 3 else shard(frozen * wb + trainable * tb)
-    # DeepSpeed keeps an fp32 master partition and fp32 Adam moments, and reduces gradients into
-    # partitions (16-bit, plus an fp32 copy when training in 16 bit). These are the gradients held
-    # at the optimizer step; ZeRO-1's full gradients during backward are `zero1_full_gradients`.
+    # When each gradient copy lives (deepspeed/runtime/zero/stage_1_and_2.py, stage3.py; docs/memory-planner.md):
+    # backward reduces the 16-bit gradients into this rank's partition (`gradients`; ZeRO-1's full gradients
+    # until the reduce are `zero1_full_gradients`). The fp32 copy the optimizer steps on (`fp32_gradients`)
+    # is made only at step(): stage 1/2 flattens the partition to fp32 per parameter group, stage 3 one
+    # sub-group at a time, freed after its update, so at most sub_group_size of them live at once. Training in
+    # fp32 has no second copy; an offloaded optimizer makes it in host RAM.
     grads16 = shard(trainable * tb)
     fp32_grads = 0 if tb == 4 else shard(trainable * 4)
     if x.zero_stage == 3 and tb != 4:
-        # Stage 3 builds the fp32 gradients one sub-group at a time and frees each after its step
-        # (deepspeed/runtime/zero/stage3.py), so at most sub_group_size of them live at once.
         fp32_grads = 4 * min(trainable / n, x.sub_group_size)
     optimizer = shard(trainable * 4) + shard(trainable * 8)  # master copy + Adam moments
     if x.offload_optimizer:
         optimizer, fp32_grads = 0.0, 0.0
     if x.offload_params and x.zero_stage == 3:
         weights = 0.0
-    return {"weights": weights, "gradients": grads16 + fp32_grads, "optimizer": optimizer}
+    return {"weights": weights, "gradients": grads16, "fp32_gradients": fp32_grads, "optimizer": optimizer}
 
 
 def _activations_per_layer(x: Inputs, tokens: int) -> float:
@@ -286,6 +289,7 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         "optimizer": persistent
         + vllm_resident
         + c["gradients"]
+        + c["fp32_gradients"]
         + (min(x.allgather_bucket, x.lora_params or x.params) * wb if x.zero_stage in (1, 2) else 0.0),
     }
     if x.vllm_mode == "server":  # before each generation, after the optimizer step: what the sync holds on rank 0

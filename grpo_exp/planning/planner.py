@@ -207,12 +207,10 @@ def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
             "such generations at its limit, so long prompts get shorter completions (the plan sizes the KV cache by "
             "the limit)"
         )
-    if cfg.trainer.use_liger_kernel:
+    if (cfg.trainer.model_init_kwargs or {}).get("use_kernels"):
         notes.append(
-            "trainer.use_liger_kernel: planned as trl's fused LM head (Liger's fused linear GRPO loss also never "
-            "holds the "
-            "full logits; its chunks differ) and unpatched layers; Liger's smaller RMSNorm/SwiGLU activations are "
-            "not modelled"
+            "trainer.model_init_kwargs.use_kernels (what trainer.use_liger_kernel now means): the hub's kernels replace "
+            "layers' forward; planned as the unpatched layers (their smaller activations are not modelled)"
         )
     if cfg.trainer.eval_strategy != "no":
         notes.append(

@@ -204,6 +204,8 @@ def tokenizer(cfg: DictConfig, path: str):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
+    if cfg.model.get("chat_template"):  # open-r1's inline template for a base model: what every prompt is rendered by
+        tok.chat_template = cfg.model.chat_template
     if tok.pad_token is None:  # Llama ships without one; GRPO pads prompt batches
         tok.pad_token = tok.eos_token
     return tok

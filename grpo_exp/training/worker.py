@@ -205,7 +205,10 @@ def _planned(run_dir: Path, measured: dict) -> dict:
     out = plan_file.summary_keys(plan_file.read(run_dir))
     states = measured.get(metrics.measured("model_states"))
     if states and metrics.plan_component("train", "weights") in out:
-        predicted = sum(out[metrics.plan_component("train", k)] for k in ("weights", "gradients", "optimizer"))
+        predicted = sum(
+            out.get(metrics.plan_component("train", k), 0.0)
+            for k in ("weights", "gradients", "fp32_gradients", "optimizer")
+        )
         out[metrics.MODEL_STATES_ERROR] = 100 * (predicted - states) / states
     return out
 

@@ -4,6 +4,7 @@ home, and no input makes the driver raise or hang: what a library would refuse a
 before it. In-process through the driver's own steps (tests/test_cli.py has the exit-code contract)."""
 
 import dataclasses
+import importlib.util
 import math
 import random
 
@@ -29,16 +30,31 @@ from tests.helpers import compose_cfg, report
         ),
         ("trainer.use_transformers_paged", "true", ("trainer.use_transformers_continuous_batching", True)),
         ("vllm.importance_sampling_cap", "2.5", ("vllm.importance_sampling_clip_max", 2.5)),
+        ("trainer.use_liger_kernel", "true", ("trainer.model_init_kwargs.use_kernels", True)),
     ],
 )
 def test_a_deprecated_alias_is_honoured_as_trl_resolves_it(alias, value, canonical):
-    text, cfg = report(f"{alias}={value}")
+    text, cfg = report(f"{alias}={value}", "action=plan")  # a plan: the `kernels` use_kernels needs is run's check
     assert text == "", text
     key, expected = canonical
     got = OmegaConf.select(cfg, key)
     assert (OmegaConf.to_container(got) if OmegaConf.is_config(got) else got) == expected
     # one name left: GRPOConfig gets no conflicting pair
     assert OmegaConf.select(cfg, alias) == keys.ALIASES[alias].unset
+
+
+def test_names_trl_2_removes_are_written_under_their_successors_with_a_note(caplog):
+    """A recipe written for TRL 1.16 keeps working after 2.0: each renamed field lands on its successor, saying so;
+    the hub kernels use_liger_kernel now means need `kernels`, which the run's preflight asks for."""
+    from grpo_exp.launching import preflight
+
+    with caplog.at_level("WARNING"):
+        _, cfg = report("trainer.use_liger_kernel=true", "vllm.importance_sampling_cap=2.0")
+    said = caplog.text
+    assert "trainer.use_liger_kernel=True is trainer.model_init_kwargs.use_kernels=True: TRL 2.0 removes" in said
+    assert "vllm.importance_sampling_clip_max=2.0" in said
+    needs = [p for p in preflight.check_libraries(cfg) if p.key == "trainer.model_init_kwargs.use_kernels"]
+    assert bool(needs) == (importlib.util.find_spec("kernels") is None)
 
 
 def test_alias_and_its_name_set_to_different_values_are_refused_naming_both():
@@ -374,7 +390,7 @@ NOT_SETTABLE_HERE = {
     "hub_always_push": "needs the hub",
     "steps_per_generation": "exclusive with generation_batch_size (tested in test_validate)",
     "torch_compile": "compiles the model at build",
-    "use_liger_kernel": "needs liger-kernel",
+    "use_liger_kernel": "a deprecated alias of model_init_kwargs.use_kernels (TRL 2.0), which needs `kernels`",
     "use_cpu": "owned",
     "dataloader_prefetch_factor": "needs dataloader_num_workers > 0 (refused without it: REFUSED above)",
     "ddp_backend": "GRPOConfig initialises that process group when built (the e2e runs train over gloo)",

@@ -29,6 +29,7 @@ from grpo_exp.config.recipe.fields import (
     OPEN_R1_DEFAULT_REWARDS,
     OPEN_R1_KEYS,
     recipe_field,
+    reconcile_weights,
     resolve_later,
     rewards,
 )
@@ -44,7 +45,7 @@ def build(
     num_processes=None,
     num_machines=None,
 ) -> Experiment:
-    exp = Experiment(name)
+    exp = Experiment(name, skip=set(skip))
     for key, value in recipe.items():
         if not isinstance(key, str):  # YAML reads `1:` or `true:` as a number or a boolean
             exp.lack(repr(key), "not a field name")
@@ -53,7 +54,9 @@ def build(
         else:
             recipe_field(exp, key, plain(value))
     if "reward_funcs" not in recipe and OPEN_R1_KEYS & set(recipe):  # open-r1's script uses its defaults
-        rewards(exp, OPEN_R1_DEFAULT_REWARDS, "reward_funcs (open-r1's default)")
+        rewards(exp, OPEN_R1_DEFAULT_REWARDS, "reward_funcs (open-r1's default)", frozenset(skip))
+    reconcile_weights(exp, recipe, skip)
+    _nest_model_init_kwargs(exp)
     trainers = to_int(num_processes if num_processes is not None else (accelerate or {}).get("num_processes"))
     resolve_later(exp, trainers)
     if accelerate or num_processes is not None or num_machines is not None:
@@ -66,6 +69,30 @@ def build(
     for source in exp.no_home:  # nothing a refused field set stays behind
         exp.drop(source.split(": ")[0])
     return exp
+
+
+def _nest_model_init_kwargs(exp: Experiment) -> None:
+    """A renamed field written inside model_init_kwargs (use_liger_kernel's use_kernels) joins the recipe's own
+    model_init_kwargs mapping, if it has one (the YAML holds one node there, not both)."""
+    whole = exp.values.get("trainer.model_init_kwargs")
+    inner = [k for k in exp.values if k.startswith("trainer.model_init_kwargs.")]
+    if not inner or not isinstance(whole and whole[0], dict):
+        return
+    merged = dict(whole[0])
+    for key in inner:
+        merged[key.rsplit(".", 1)[-1]] = exp.values.pop(key)[0]
+    exp.values["trainer.model_init_kwargs"] = (
+        merged,
+        f"{whole[1]}, with {', '.join(k.rsplit('.', 1)[-1] for k in inner)}",
+    )
+
+
+def _skip_fix(source: str) -> str:
+    """The --skip that leaves a refused field out: one reward of reward_funcs by its name (its weight goes with it)."""
+    field_name, _, detail = source.partition(": ")
+    if field_name.startswith("reward_funcs") and detail:
+        return f"--skip {detail} to leave that reward out (its reward_weights entry too), or --skip reward_funcs"
+    return f"--skip {field_name.removeprefix('accelerate ')} to leave it out"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,10 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     exp = build(recipe, accelerate, deepspeed, out.stem, set(args.skip), args.num_processes, args.num_machines)
     sources = [str(p) for p in (args.recipe, args.accelerate, args.deepspeed) if p]
-    refused = [
-        Problem(source, why, f"--skip {source.split(': ')[0].removeprefix('accelerate ')} to leave it out")
-        for source, why in exp.no_home.items()
-    ]
+    refused = [Problem(source, why, _skip_fix(source)) for source, why in exp.no_home.items()]
     refused += compose_problems(exp, sources)
     if refused:
         print(

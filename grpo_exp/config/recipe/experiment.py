@@ -31,6 +31,7 @@ class Experiment:
     ignored: dict[str, str] = field(default_factory=dict)  # source field -> why it changes nothing
     notes: list[str] = field(default_factory=list)  # how the launch and old TRL forms were read
     later: dict = field(default_factory=dict)  # fields read once the whole recipe and launch are (fields.LATER)
+    skip: set[str] = field(default_factory=set)  # what --skip names: fields, and reward names of reward_funcs
 
     def set(self, key: str, value, source: str, origin: str | None = None, interpolate: bool = False) -> None:
         """`value` at `key`; a recipe's text is literal (TRL never interpolates `${...}`), unless this
@@ -106,6 +107,8 @@ def inline(value) -> str:
 
 
 def _scalar(value) -> str:
+    if isinstance(value, str) and ("\n" in value or "'" in value):  # a Jinja chat template: readable as written
+        return json.dumps(value, ensure_ascii=False)  # a YAML double-quoted scalar
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000, allow_unicode=True).strip()
     return text.removesuffix("\n...").removesuffix("...").strip()
 
@@ -152,8 +155,8 @@ def compose_problems(exp: Experiment, sources: list[str]) -> list[Problem]:
     problems = []
     for _ in range(len(exp.values) + len(exp.groups) + 1):
         try:
-            _compose(exp, sources)
-            return problems
+            cfg = _compose(exp, sources)
+            return problems + _weights_problems(exp, cfg)
         except Exception as exc:  # Hydra's and OmegaConf's errors, and the ValueErrors they let through
             text = errors.explain(exc)
         key = text.split(":", 1)[0].split("=", 1)[0].strip()
@@ -166,6 +169,23 @@ def compose_problems(exp: Experiment, sources: list[str]) -> list[Problem]:
         )
         exp.drop(origin)
     return problems
+
+
+def _weights_problems(exp: Experiment, cfg) -> list[Problem]:
+    """One reward weight per reward the experiment keeps, or the config check would refuse every run of it."""
+    from grpo_exp.config.checks import active_rewards
+
+    weights, kept = cfg.trainer.reward_weights, list(active_rewards(cfg.data))
+    if weights is None or len(weights) == len(kept):
+        return []
+    exp.drop(exp.origin.get("trainer.reward_weights", "reward_weights"))
+    return [
+        Problem(
+            "reward_weights",
+            f"{len(weights)} weights for the {len(kept)} rewards the experiment keeps ({', '.join(kept)})",
+            "--skip reward_weights (each reward then weighs 1.0), or list the recipe's rewards in reward_funcs",
+        )
+    ]
 
 
 def _compose(exp: Experiment, sources: list[str]):

@@ -9,7 +9,7 @@ import yaml
 from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path
 from grpo_exp.config import keys
 from grpo_exp.config.checks import TRACKERS, installed_trackers
-from grpo_exp.config.recipe.experiment import Experiment, literal
+from grpo_exp.config.recipe.experiment import Experiment, inline, literal
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields, VllmFields
 
@@ -74,12 +74,18 @@ def _is_text(value) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
-def rewards(exp: Experiment, names, source: str) -> None:
+def rewards(exp: Experiment, names, source: str, skip: frozenset = frozenset()) -> None:
+    """The recipe's reward functions as data.rewards, replacing data=hf's. A name in `skip` (--skip <name>) is left
+    out, and its reward_weights entry with it (reconcile_weights)."""
     if isinstance(names, str):  # one name, as `--reward_funcs accuracy` gives it
         names = [names]
     if not isinstance(names, list) or not all(_is_text(n) for n in names):
         exp.lack(source, f"{names!r}: a list of reward function names or dotted import paths")
         return
+    exp.later["reward_names"] = list(names)
+    for name in [n for n in names if n in skip]:
+        exp.skipped[f"{source}: {name}"] = "left out with its reward_weights entry (--skip)"
+    names = [n for n in names if n not in skip]
     # data=hf's own rewards are switched off (a null entry removes a reward): the recipe's replace them
     for default in yaml.safe_load((CONF_DIR / "data" / "hf.yaml").read_text()).get("rewards", {}):
         exp.set(f"data.rewards.{default}", None, f"data=hf's default reward, not in the recipe's {source}", source)
@@ -92,10 +98,28 @@ def rewards(exp: Experiment, names, source: str) -> None:
         else:
             exp.lack(
                 f"{source}: {name}",
-                "no grpo_exp reward of that name; give its dotted import path, or write one (README: reward function)",
+                "no grpo_exp reward of that name; give its dotted import path, or write one (README: reward function), "
+                f"or --skip {name} to train without it",
             )
     if any(REWARDS.get(n, ("",))[0].endswith("correctness") for n in names):
         exp.set("data.answer_column", "solution", f"{source}: open-r1's accuracy reads the `solution` column", source)
+
+
+def reconcile_weights(exp: Experiment, recipe: dict, skip: set[str]) -> None:
+    """reward_weights as the rewards kept: one weight per recipe reward, so a reward left out (--skip <name>) takes
+    its weight along, and with reward_funcs left out whole the weights go too (they were the recipe's rewards')."""
+    weights = recipe.get("reward_weights")
+    if not isinstance(weights, list) or "reward_weights" in skip or "trainer.reward_weights" not in exp.values:
+        return
+    names = exp.later.get("reward_names")
+    if "reward_funcs" in skip:
+        exp.drop("reward_weights")
+        exp.skipped["reward_weights"] = f"{inline(weights)}: the weights of reward_funcs, which is left out"
+    elif names is not None and len(names) == len(weights):
+        kept = [w for n, w in zip(names, weights, strict=True) if n not in skip]
+        if len(kept) < len(weights):
+            left_out = [n for n in names if n in skip]
+            exp.set("trainer.reward_weights", kept, f"reward_weights, without those of {', '.join(left_out)}")
 
 
 def _choice_word(key: str, value):
@@ -127,8 +151,12 @@ def recipe_field(exp: Experiment, name: str, value) -> None:
         and value == WHAT_GRPO_EXP_DOES[name]
     ):
         exp.ignore(name, value, "what grpo_exp does anyway")
+    elif alias is not None and value == alias.unset:
+        exp.ignore(name, value, f"its default (a deprecated name of {alias.canonical})")
     elif alias is not None:  # a deprecated name: written at the key it resolves to
         exp.set(alias.canonical, value, name)
+        if alias.note:
+            exp.notes.append(f"{name} is written as {alias.canonical}: {alias.note}")
     elif name in TRAINER_FIELDS:
         exp.set(f"trainer.{name}", _choice_word(f"trainer.{name}", value), name)
     elif name.startswith("vllm_") and name.removeprefix("vllm_") in VLLM_FIELDS:
@@ -203,7 +231,7 @@ def recipe_field(exp: Experiment, name: str, value) -> None:
     elif name == "datasets":  # trl 1.x's DatasetMixtureConfig: one dataset is data.path, a mixture has no home
         _mixture(exp, name, value)
     elif name == "reward_funcs":
-        rewards(exp, value, name)
+        rewards(exp, value, name, frozenset(exp.skip))
     elif name == "warmup_ratio":
         exp.set("trainer.warmup_steps", value, f"{name} (transformers 5: a warmup_steps below 1 is a ratio)")
     elif home is not None and home.ignored:
