@@ -209,8 +209,8 @@ def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
         )
     if (cfg.trainer.model_init_kwargs or {}).get("use_kernels"):
         notes.append(
-            "trainer.model_init_kwargs.use_kernels (what trainer.use_liger_kernel now means): the hub's kernels replace "
-            "layers' forward; planned as the unpatched layers (their smaller activations are not modelled)"
+            "trainer.model_init_kwargs.use_kernels (what trainer.use_liger_kernel now means): the hub's kernels "
+            "replace layers' forward; planned as the unpatched layers (their smaller activations are not modelled)"
         )
     if cfg.trainer.eval_strategy != "no":
         notes.append(
