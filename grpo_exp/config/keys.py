@@ -117,6 +117,16 @@ _ACCELERATE_IN_RECIPE = _ignored(
 )
 
 
+# open-r1's script arguments that configure one of its rewards, which grpo_exp does not have: what they set is read
+# only by that reward, so without it in reward_funcs they change nothing (open-r1's recipes carry them all, at their
+# defaults). A recipe that names the reward has that name refused instead (--skip <name> trains without it).
+_OPEN_R1_COSINE = _ignored("configures open-r1's cosine reward, which only reads it: a no-op without that reward")
+_OPEN_R1_REPETITION = _ignored(
+    "configures open-r1's repetition_penalty reward, which only reads it: a no-op without that reward"
+)
+_OPEN_R1_CODE = _ignored("configures open-r1's code rewards, which only read it: a no-op without them")
+
+
 # Bare names, as they appear in a TRL / open-r1 recipe YAML (or `trainer.<name>` on our command line).
 HOMES = {
     # trl ModelConfig
@@ -167,20 +177,20 @@ HOMES = {
     "wandb_project": _home("logger.project"),
     "wandb_run_group": _home("logger.group"),
     "wandb_log_unique_prompts": _home("trainer.log_unique_prompts"),
-    "cosine_min_value_wrong": _home(None, "open-r1's cosine reward is not in grpo_exp"),
-    "cosine_max_value_wrong": _home(None, "open-r1's cosine reward is not in grpo_exp"),
-    "cosine_min_value_correct": _home(None, "open-r1's cosine reward is not in grpo_exp"),
-    "cosine_max_value_correct": _home(None, "open-r1's cosine reward is not in grpo_exp"),
-    "cosine_max_len": _home(None, "open-r1's cosine reward is not in grpo_exp"),
-    "repetition_n_grams": _home(None, "open-r1's repetition reward is not in grpo_exp"),
-    "repetition_max_penalty": _home(None, "open-r1's repetition reward is not in grpo_exp"),
-    "code_language": _home(None, "open-r1's code rewards are not in grpo_exp"),
-    "code_eval_test_batch_size": _home(None, "open-r1's code rewards are not in grpo_exp"),
-    "parallel_code_exec_per_proc": _home(None, "open-r1's code rewards are not in grpo_exp"),
-    "e2b_router_url": _home(None, "open-r1's code rewards are not in grpo_exp"),
-    "morph_router_url": _home(None, "open-r1's code rewards are not in grpo_exp"),
-    "code_provider": _home(None, "open-r1's code rewards are not in grpo_exp"),
-    "ioi_provider": _home(None, "open-r1's code rewards are not in grpo_exp"),
+    "cosine_min_value_wrong": _OPEN_R1_COSINE,
+    "cosine_max_value_wrong": _OPEN_R1_COSINE,
+    "cosine_min_value_correct": _OPEN_R1_COSINE,
+    "cosine_max_value_correct": _OPEN_R1_COSINE,
+    "cosine_max_len": _OPEN_R1_COSINE,
+    "repetition_n_grams": _OPEN_R1_REPETITION,
+    "repetition_max_penalty": _OPEN_R1_REPETITION,
+    "code_language": _OPEN_R1_CODE,
+    "code_eval_test_batch_size": _OPEN_R1_CODE,
+    "parallel_code_exec_per_proc": _OPEN_R1_CODE,
+    "e2b_router_url": _OPEN_R1_CODE,
+    "morph_router_url": _OPEN_R1_CODE,
+    "code_provider": _OPEN_R1_CODE,
+    "ioi_provider": _OPEN_R1_CODE,
     # GRPOConfig fields of older TRL releases
     "max_prompt_length": _home("data.max_prompt_length", "prompts longer than this are dropped before training"),
     "use_vllm": _home("vllm", "vllm=colocate or vllm=server (true), vllm=off (false)"),

@@ -100,7 +100,10 @@ def model_states(x: Inputs) -> dict[str, float]:
     grads16 = shard(trainable * tb)
     fp32_grads = 0 if tb == 4 else shard(trainable * 4)
     if x.zero_stage == 3 and tb != 4:
-        fp32_grads = 4 * min(trainable / n, x.sub_group_size)
+        # a sub-group takes whole parameters' partitions until it passes sub_group_size, so one with a single
+        # large partition (the embedding's) is that large whatever sub_group_size says (measured: tests/zero_probe)
+        largest = x.vocab * x.hidden / n if not x.lora_params else 0
+        fp32_grads = 4 * min(trainable / n, max(x.sub_group_size, largest))
     optimizer = shard(trainable * 4) + shard(trainable * 8)  # master copy + Adam moments
     if x.offload_optimizer:
         optimizer, fp32_grads = 0.0, 0.0

@@ -218,22 +218,65 @@ def test_fields_without_a_home_are_all_listed_and_nothing_is_written(importer, c
         "model_name_or_path": "Qwen/Qwen2.5-7B-Instruct",
         "load_in_4bit": True,
         "reward_funcs": ["cosine"],
-        "chat_template": "{{ messages }}",
         "report_to": ["comet_ml"],
         "no_such_field": 1,
     }
     code, name = importer(fields)
     err = capsys.readouterr().err
     assert code == 2 and not (CONF / "experiment" / f"{name}.yaml").exists()
-    for field in ("load_in_4bit", "reward_funcs: cosine", "chat_template", "report_to", "no_such_field"):
+    for field in ("load_in_4bit", "reward_funcs: cosine", "report_to", "no_such_field"):
         assert f"  {field}:" in err, err
-    assert "--skip load_in_4bit" in err
-    code, name = importer(
-        fields, None, None, "load_in_4bit", "reward_funcs", "chat_template", "report_to", "no_such_field"
-    )
+    assert "--skip load_in_4bit" in err and "--skip cosine to leave that reward out" in err
+    code, name = importer(fields, None, None, "load_in_4bit", "reward_funcs", "report_to", "no_such_field")
     assert code == 0
     text = (CONF / "experiment" / f"{name}.yaml").read_text()
     assert "# skipped (--skip): load_in_4bit: true" in text and '# skipped (--skip): reward_funcs: ["cosine"]' in text
+
+
+OPEN_R1_RECIPE = {  # as open-r1's recipes write them: an inline template, a reward with no home, its weights,
+    "model_name_or_path": "Qwen/Qwen2.5-1.5B-Instruct",  # TRL 2.0's renamed fields, its reward arguments
+    "dataset_name": "open-r1/OpenR1-Math-220k",
+    "chat_template": "{% for m in messages %}{{ '<|' + m['role'] + '|>\n' + m['content'] + '\n' }}{% endfor %}",
+    "reward_funcs": ["accuracy", "format", "soft_overlong_punishment"],
+    "reward_weights": [1.0, 0.5, 0.25],
+    "use_liger_kernel": True,
+    "vllm_importance_sampling_cap": 2.0,
+    "use_transformers_paged": False,
+    "cosine_max_len": 1000,
+    "repetition_n_grams": 3,
+    "use_vllm": False,
+}
+
+
+def test_an_open_r1_recipe_imports_after_its_own_fix_lines_and_plans(importer, capsys):
+    """What the importer accepts always plans: a reward without a home is left out by its name, its weight with it;
+    chat_template and TRL 2.0's renamed fields carry over, under their successors; reward arguments of rewards the
+    recipe does not use are no-ops, noted."""
+    code, name = importer(OPEN_R1_RECIPE)
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("fix: ") == 1  # only the reward without a home
+    code, name = importer(OPEN_R1_RECIPE, None, None, "soft_overlong_punishment")
+    assert code == 0, capsys.readouterr().err
+    text = (CONF / "experiment" / f"{name}.yaml").read_text()
+    assert "m['role']" in text and "use_kernels: true  # use_liger_kernel" in text
+    assert "TRL 2.0 removes this name" in text and "# ignored (no effect on the run): cosine_max_len" in text
+    cfg, _ = plan_of(name)  # composes, passes every check, plans
+    assert cfg.model.chat_template == OPEN_R1_RECIPE["chat_template"]
+    assert list(cfg.trainer.reward_weights) == [1.0, 0.5] and cfg.vllm.importance_sampling_clip_max == 2.0
+    assert cfg.trainer.model_init_kwargs.use_kernels is True and cfg.trainer.use_liger_kernel is False
+    code, name = importer(OPEN_R1_RECIPE, None, None, "reward_funcs")  # all left out: the weights go too
+    assert code == 0 and "# skipped (--skip): reward_weights" in (CONF / "experiment" / f"{name}.yaml").read_text()
+    code, _ = importer({**OPEN_R1_RECIPE, "reward_funcs": ["accuracy"]}, None, None)
+    assert code == 2 and "3 weights for the 1 rewards the experiment keeps" in capsys.readouterr().err
+
+
+def test_the_chat_template_reaches_the_tokenizer(tmp_path):
+    from grpo_exp.training import build
+
+    template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
+    cfg = compose_cfg(f"+model.chat_template={json.dumps(template)}")
+    tok = build.tokenizer(cfg, build.model_path(cfg))
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "<user>hi"
 
 
 def test_a_deepspeed_json_becomes_the_deepspeed_group(importer):

@@ -123,7 +123,7 @@ SETTINGS = settings(
 )
 
 
-def _import(tmp_path: Path, fields: dict, accelerate: dict | None) -> tuple[int, str, Path]:
+def _import(tmp_path: Path, fields: dict, accelerate: dict | None, skip=()) -> tuple[int, str, Path]:
     """The importer's exit code on these files, the experiment's name and the config dir it writes into."""
     name = f"p{uuid.uuid4().hex[:8]}"
     conf = tmp_path / "conf"
@@ -132,6 +132,8 @@ def _import(tmp_path: Path, fields: dict, accelerate: dict | None) -> tuple[int,
     if accelerate is not None:
         (tmp_path / f"{name}.acc.yaml").write_text(yaml.safe_dump(accelerate))
         args += ["--accelerate", str(tmp_path / f"{name}.acc.yaml")]
+    for field in skip:
+        args += ["--skip", field]
     return recipe.main(args), name, conf
 
 
@@ -237,3 +239,62 @@ def test_a_recipe_trl_accepts_imports_and_plans_without_a_problem(tmp_path_facto
     assert problems == [], "\n".join(map(str, problems)) + "\n" + json.dumps(fields) + json.dumps(accelerate)
     assert plan.world_size == accelerate["num_processes"]
     assert planner.preflight(cfg, plan)["train"]["peak_gib"] > 0
+
+
+# The recipes people write beyond TRL's own fields (issue: imports that must always plan): rewards without a home
+# among known ones, with reward_weights; inline chat templates; TRL 2.0's renamed fields; open-r1's script keys.
+REWARD_NAMES = [
+    "accuracy",
+    "format",
+    "tag_count",
+    "soft_overlong_punishment",
+    "cosine",
+    "tests.user_code.record_prompts",
+]
+OPEN_R1_EXTRAS = {
+    "chat_template": st.sampled_from(
+        ["{% for m in messages %}{{ m['content'] }}{% endfor %}", "{{ '<|' + messages[0]['role'] + '|>\\n' }}"]
+    ),
+    "use_liger_kernel": st.booleans(),
+    "vllm_importance_sampling_cap": st.sampled_from([2.0, 3.0]),
+    "use_transformers_paged": st.booleans(),
+    "system_prompt": st.just("Think, then answer."),
+    "dataset_prompt_column": st.just("problem"),
+    "cosine_max_len": st.just(1000),
+    "repetition_n_grams": st.just(3),
+    "code_language": st.just("python"),
+    "benchmarks": st.just([]),
+}
+
+
+@st.composite
+def open_r1_recipes(draw):
+    fields, accelerate = draw(valid_recipes())
+    names = draw(st.lists(st.sampled_from(REWARD_NAMES), min_size=1, max_size=4, unique=True))
+    fields["reward_funcs"] = names
+    if draw(st.booleans()):
+        fields["reward_weights"] = [draw(st.sampled_from([0.5, 1.0])) for _ in names]
+    for name in draw(st.lists(st.sampled_from(sorted(OPEN_R1_EXTRAS)), max_size=5, unique=True)):
+        fields[name] = draw(OPEN_R1_EXTRAS[name])
+    return fields, accelerate
+
+
+@settings(SETTINGS, max_examples=15)
+@given(case=open_r1_recipes())
+def test_an_open_r1_recipe_imports_after_the_skips_its_fix_lines_name_and_plans_clean(tmp_path_factory, case, capsys):
+    fields, accelerate = case
+    tmp_path = tmp_path_factory.mktemp("recipe")
+    code, name, conf = _import(tmp_path, fields, accelerate)
+    skips = []
+    if code == 2:  # the user follows the fix lines once
+        err = capsys.readouterr().err
+        skips = sorted({line.split("--skip ", 1)[1].split()[0] for line in err.splitlines() if "fix: --skip " in line})
+        assert skips, err
+        code, name, conf = _import(tmp_path, fields, accelerate, skips)
+    assert code == 0, capsys.readouterr().err + json.dumps(fields)
+    assert not {"chat_template", "use_liger_kernel", "vllm_importance_sampling_cap"} & set(skips)
+    cfg = compose_cfg(f"experiment={name}", f"hydra.searchpath=[file://{conf}]", "action=plan")
+    plan, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=0)
+    assert problems == [], "\n".join(map(str, problems)) + "\n" + json.dumps(fields) + f"\nskips {skips}"
+    if "chat_template" in fields:
+        assert cfg.model.chat_template == fields["chat_template"]

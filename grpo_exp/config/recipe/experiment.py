@@ -176,7 +176,8 @@ def _weights_problems(exp: Experiment, cfg) -> list[Problem]:
     from grpo_exp.config.checks import active_rewards
 
     weights, kept = cfg.trainer.reward_weights, list(active_rewards(cfg.data))
-    if weights is None or len(weights) == len(kept):
+    refused_rewards = any(source.startswith("reward_funcs") for source in exp.no_home)  # their fix reconciles
+    if weights is None or len(weights) == len(kept) or refused_rewards:
         return []
     exp.drop(exp.origin.get("trainer.reward_weights", "reward_weights"))
     return [

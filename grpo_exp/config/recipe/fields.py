@@ -86,6 +86,9 @@ def rewards(exp: Experiment, names, source: str, skip: frozenset = frozenset()) 
     for name in [n for n in names if n in skip]:
         exp.skipped[f"{source}: {name}"] = "left out with its reward_weights entry (--skip)"
     names = [n for n in names if n not in skip]
+    if not names:  # every one left out: as --skip reward_funcs, data=hf's own rewards stay
+        exp.notes.append(f"every reward of {source} is left out (--skip): data=hf's own rewards stay")
+        return
     # data=hf's own rewards are switched off (a null entry removes a reward): the recipe's replace them
     for default in yaml.safe_load((CONF_DIR / "data" / "hf.yaml").read_text()).get("rewards", {}):
         exp.set(f"data.rewards.{default}", None, f"data=hf's default reward, not in the recipe's {source}", source)
@@ -112,7 +115,7 @@ def reconcile_weights(exp: Experiment, recipe: dict, skip: set[str]) -> None:
     if not isinstance(weights, list) or "reward_weights" in skip or "trainer.reward_weights" not in exp.values:
         return
     names = exp.later.get("reward_names")
-    if "reward_funcs" in skip:
+    if "reward_funcs" in skip or (names is not None and all(n in skip for n in names)):
         exp.drop("reward_weights")
         exp.skipped["reward_weights"] = f"{inline(weights)}: the weights of reward_funcs, which is left out"
     elif names is not None and len(names) == len(weights):
