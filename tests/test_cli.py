@@ -126,12 +126,32 @@ def test_all_problems_reported_at_once():
 
 
 @pytest.mark.slow  # the real CLI in a subprocess
-def test_help_lists_groups(cli):
+def test_help_answers_what_can_i_do_on_one_screen(cli):
+    """The first screen names every command (each has its own --help), action=plan|run, -m with +sweep=, the groups
+    and their options, and where the docs are; the composed config is --cfg job's, not the help's."""
+    from grpo_exp.__main__ import COMMANDS
+
     result, run_dir = cli("--help")
     assert result.returncode == 0
+    first_screen = "\n".join(result.stdout.splitlines()[:60])
+    for word in (*COMMANDS, "action=plan", "+sweep=", "--cfg job", "docs/"):
+        assert word in first_screen, word
     for group in ("model:", "trainer:", "vllm:", "deepspeed:", "peft:", "topology:", "logger:", "qwen7b", "zero3"):
-        assert group in result.stdout
+        assert group in first_screen
+    assert "learning_rate" not in result.stdout  # no config dump
+    assert len(result.stdout.splitlines()) < 60
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("command", ["compare", "dashboard", "recipe", "model-info", "calibrate"])
+def test_each_command_has_its_own_help(command, capsys):
+    import importlib
+
+    from grpo_exp.__main__ import COMMANDS
+
+    with pytest.raises(SystemExit) as ended:
+        importlib.import_module(COMMANDS[command]).main(["--help"])
+    assert ended.value.code == 0 and f"usage: grpo-exp {command}" in capsys.readouterr().out
 
 
 @pytest.mark.slow  # the real CLI in a subprocess
