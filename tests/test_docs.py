@@ -1,0 +1,139 @@
+"""The docs are run: every `python -m grpo_exp ...` / `grpo-exp ...` command in README.md and docs/ that a reader can
+paste (no placeholder, no file or module of their own) is planned as the page shows it, without a traceback; the
+output block README.md shows is what the program prints; every file, module and config key the docs name exists."""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_exp.__main__ import COMMANDS
+from grpo_exp.config import keys, overrides
+from tests.helpers import CONF, report
+
+ROOT = CONF.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+GROUP_KEYS = ("model", "data", "trainer", "vllm", "peft", "topology", "logger", "launcher", "env", "fsdp")
+
+
+def fenced_blocks(path: Path) -> list[tuple[str, str]]:
+    """(language, text) of each fenced block of a page."""
+    blocks, lang, current = [], None, []
+    for line in path.read_text().splitlines(keepends=True):
+        if line.startswith("```"):
+            if lang is None:
+                lang, current = line[3:].strip(), []
+            else:
+                blocks.append((lang, "".join(current)))
+                lang = None
+        elif lang is not None:
+            current.append(line)
+    return blocks
+
+
+def commands() -> list[tuple[str, list[str]]]:
+    """(page, overrides) of each pasteable run command of the docs."""
+    found = {}
+    for page in PAGES:
+        for lang, text in fenced_blocks(page):
+            if lang not in ("", "bash", "sh", "console", "shell") or "invalid config" in text or "fix:" in text:
+                continue  # a block that shows a refusal on purpose is checked by the tests of that refusal
+            for line in text.replace("\\\n", " ").splitlines():
+                line = line.strip().removeprefix("$ ").split("  #")[0].split(" # ")[0].strip()
+                if not line.startswith(("python -m grpo_exp", "grpo-exp")):
+                    continue
+                words = shlex.split(line)
+                if words[:3] != ["python", "-m", "grpo_exp"] and words[0] != "grpo-exp":
+                    continue  # python -m grpo_exp.training.worker ...: a module's own command line
+                args = words[3:] if words[0] == "python" else words[1:]
+                if (
+                    (args and args[0] in COMMANDS)
+                    or not all("=" in a for a in args)
+                    or any(
+                        a.startswith(("-", "+sweep", "hydra.", "experiment=", "resume="))
+                        or "/" in a
+                        or "<" in a
+                        or "..." in a
+                        or "_target_" in a
+                        or re.search(r"\bmy_", a)
+                        for a in args
+                    )
+                ):
+                    continue
+                found.setdefault(" ".join(args), page.name)
+    return [(page, shlex.split(key)) for key, page in found.items()]
+
+
+DOC_COMMANDS = commands()
+
+
+def test_the_docs_have_commands_to_run():
+    assert len(DOC_COMMANDS) >= 15, DOC_COMMANDS
+
+
+@pytest.mark.parametrize("page,args", DOC_COMMANDS, ids=[" ".join(a) or "(defaults)" for _, a in DOC_COMMANDS])
+def test_every_command_of_the_docs_plans(page, args):
+    """Planned in-process through the driver's own steps: composed, finalized, checked, placed."""
+    text, cfg = report(*[a for a in args if not a.startswith("action=")], "action=plan")
+    assert cfg is not None and text == "", f"{page}: {' '.join(args)}\n{text}"
+
+
+def plan_block(output: str) -> str:
+    """The part of a plan README.md shows: the memory table and the ranked fixes."""
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("train: peak"))
+    kept = []
+    for line in lines[start:]:
+        if line.startswith("["):  # the log line that follows the plan
+            break
+        if not line.startswith(("host:", "  note:", "  colocated vLLM", "request (as vLLM")):
+            kept.append(line.rstrip())
+    return "\n".join(kept)
+
+
+@pytest.mark.slow  # the real CLI in a subprocess
+def test_the_readmes_plan_is_what_the_program_prints(tmp_path):
+    (console,) = [text for lang, text in fenced_blocks(ROOT / "README.md") if lang == "console"]
+    command, shown = console.split("\n", 1)
+    args = shlex.split(command.removeprefix("$ "))[3:]
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_exp", *args, f"hydra.run.dir={tmp_path / 'plan'}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100"},
+        timeout=120,
+    )
+    assert "Traceback" not in result.stderr
+    assert plan_block(result.stdout) == shown.rstrip("\n"), (
+        "README.md's plan block is stale; the program prints:\n" + plan_block(result.stdout)
+    )
+
+
+def test_every_file_the_docs_name_exists():
+    named = set()
+    for page in PAGES:
+        named |= set(
+            re.findall(
+                r"`((?:grpo_exp|scripts|tests|benchmarks|conf|docs|examples|sweeps|hydra_plugins)/[\w./-]+)`",
+                page.read_text(),
+            )
+        )
+        named |= {f"docs/{link}" for link in re.findall(r"\]\((?:docs/)?([\w-]+\.md)\)", page.read_text())}
+    missing = sorted(p for p in named if not (ROOT / p.rstrip("/")).exists() and "*" not in p and "<" not in p)
+    assert not missing, missing
+
+
+def test_every_config_key_the_docs_name_is_a_key():
+    """`trainer.epsilon_high`, `vllm.weight_sync`, ...: a rename breaks this test, never the reader."""
+    bad = {}
+    for page in PAGES:
+        for key in re.findall(r"`((?:%s)\.[a-z_][\w.]*)" % "|".join(GROUP_KEYS), page.read_text()):
+            key = key.rstrip(".")
+            if not overrides._allows(key.split(".")) and keys.home(key) is None:  # (a foreign name shown redirected)
+                bad.setdefault(page.name, []).append(key)
+    assert not bad, bad
