@@ -5,7 +5,7 @@
 imports, an environment class has `reset` and takes the keyword arguments given, and every tool (a function,
 or an environment's public method) has the type hints and Google-style docstring TRL describes it to the
 model from (transformers' get_json_schema, which the chat template rendering calls). Importing them runs the
-user's code: env names only code the user trusts (README, Agentic runs).
+user's code: env names only code the user trusts (docs/agentic.md).
 """
 
 import inspect

@@ -101,7 +101,7 @@ def rewards(exp: Experiment, names, source: str, skip: frozenset = frozenset()) 
         else:
             exp.lack(
                 f"{source}: {name}",
-                "no grpo_exp reward of that name; give its dotted import path, or write one (README: reward function), "
+                "no grpo_exp reward of that name; give its dotted import path, or write one (docs/your-own-code.md), "
                 f"or --skip {name} to train without it",
             )
     if any(REWARDS.get(n, ("",))[0].endswith("correctness") for n in names):
