@@ -158,40 +158,39 @@ def served_model(cfg: DictConfig) -> str:
 FILESYSTEM_SYNC_EXTENSION = "grpo_exp.training.vllm_worker.FilesystemSync"
 
 
-def serve_arguments(cfg: DictConfig, gpus: int):
-    """TRL's own ScriptArguments for a server on `gpus` GPUs: engines of vllm.tensor_parallel_size, data
+def serve_arguments(cfg: DictConfig, gpus: int) -> dict:
+    """TRL's ScriptArguments fields for a server on `gpus` GPUs: engines of vllm.tensor_parallel_size, data
     parallel over the rest, the vllm.* flags TRL's script takes."""
-    from trl.scripts.vllm_serve import ScriptArguments
-
     v = cfg.vllm
-    return ScriptArguments(
-        model=served_model(cfg),
-        tensor_parallel_size=v.tensor_parallel_size,
-        data_parallel_size=max(1, gpus // v.tensor_parallel_size),
-        host=bind_address(cfg),
-        port=v.server_port,
-        gpu_memory_utilization=v.gpu_memory_utilization,
-        dtype=cfg.model.dtype,
-        max_model_len=v.max_model_length,
-        enable_prefix_caching=v.enable_prefix_caching,
-        enforce_eager=v.enforce_eager,
-        kv_cache_dtype=v.kv_cache_dtype,
-        vllm_model_impl=v.model_impl,
-    )
+    return {
+        "model": served_model(cfg),
+        "tensor_parallel_size": v.tensor_parallel_size,
+        "data_parallel_size": max(1, gpus // v.tensor_parallel_size),
+        "host": bind_address(cfg),
+        "port": v.server_port,
+        "gpu_memory_utilization": v.gpu_memory_utilization,
+        "dtype": cfg.model.dtype,
+        "max_model_len": v.max_model_length,
+        "enable_prefix_caching": v.enable_prefix_caching,
+        "enforce_eager": v.enforce_eager,
+        "kv_cache_dtype": v.kv_cache_dtype,
+        "vllm_model_impl": v.model_impl,
+    }
 
 
 def serve_command(cfg: DictConfig, gpus: int, device: str = "cuda") -> list[str]:
     """`vllm serve` exactly as TRL 1.16 starts it (trl.scripts.vllm_serve.build_command: TRL's weight transfer
-    and logprobs flags, whatever the installed trl adds), run with serve_env(); `trl vllm-serve` itself is
-    deprecated and only execs this. vllm.weight_sync=filesystem adds the worker extension it reloads with. On CPU
-    the argv is the same: what vLLM's CPU build needs is its environment (cpu_notes)."""
-    from trl.scripts.vllm_serve import build_command
+    and logprobs flags, whatever the installed trl adds; read without importing trl, serve_argv.py), run with
+    serve_env(); `trl vllm-serve` itself is deprecated and only execs this. vllm.weight_sync=filesystem adds the
+    worker extension it reloads with. On CPU the argv is the same: what vLLM's CPU build needs is its environment
+    (cpu_notes)."""
+    from grpo_exp.planning import serve_argv
 
     v = cfg.vllm
     extra = [a for key, flag in SERVER_EXTRA_FLAGS.items() if v[key] is not None for a in (flag, str(v[key]))]
     if weight_sync(v, device) == "filesystem":  # the server's side of the sync (training/vllm_worker.py)
         extra += ["--worker-extension-cls", FILESYSTEM_SYNC_EXTENSION]
-    return build_command(serve_arguments(cfg, gpus), extra)
+    return serve_argv.render(serve_arguments(cfg, gpus), extra)
 
 
 def bind_address(cfg: DictConfig) -> str:
