@@ -17,6 +17,7 @@ COMMANDS = {
         "model=qwen72b",
         "topology=4x8",
         "topology.nnodes=512",
+        "data.num_samples=8192",  # one generation batch takes 4095 distinct prompts
         "deepspeed=zero3",
         "vllm=server",
         "action=plan",
