@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from grpo_exp import GIB
+from grpo_exp.config import env
 from grpo_exp.core import packages
 from grpo_exp.planning import calibration, placement
 
@@ -47,6 +48,10 @@ class Inputs:
     vllm_sleep: bool
     ds3_gather_for_generation: bool
     sub_group_size: float = 1e9  # ZeRO-3 zero_optimization.sub_group_size (DeepSpeed's default)
+    # TRL scores completions without gradients (its `score` phase) for the reference model (beta > 0), for the
+    # policy's old log-probs when generation and optimizer steps are not aligned, or for vLLM's importance sampling
+    scores: bool = True
+    agentic: bool = False  # tools or environments: the `tools` phase runs them
     device: str = "cuda"
     autocast: bool = False  # 16-bit autocast over float32 weights (GRPOConfig bf16/fp16 with model.dtype float32)
     qk_norm: bool = False  # RMSNorm on q and k (Qwen3): more saved activations
@@ -209,6 +214,12 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         prompt=prompt,
         checkpointing=activation_checkpointing(t),
         ref_model=t.beta > 0 and not cfg.peft.enabled,
+        scores=t.beta != 0
+        or t.gradient_accumulation_steps
+        % ((t.steps_per_generation or t.gradient_accumulation_steps) * t.num_iterations)
+        != 0
+        or (cfg.vllm.mode != "off" and bool(cfg.vllm.importance_sampling_correction)),
+        agentic=env.active(cfg),
         zero_stage=int(zero.get("stage", 0)) if ds else 0,
         offload_optimizer=bool(zero.get("offload_optimizer")),
         offload_params=bool(zero.get("offload_param")),

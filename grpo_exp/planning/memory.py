@@ -7,7 +7,7 @@ reported in GiB (2**30); no torch import. Formulas, sources and known limits: do
 
 from dataclasses import dataclass, field, replace
 
-from grpo_exp import GIB
+from grpo_exp import GIB, PHASES
 from grpo_exp.planning import vllm_engine
 from grpo_exp.planning.calibration import GROUPS
 from grpo_exp.planning.inputs import Inputs
@@ -295,9 +295,17 @@ def estimate_train(x: Inputs) -> RoleEstimate:
         + c["fp32_gradients"]
         + (min(x.allgather_bucket, x.lora_params or x.params) * wb if x.zero_stage in (1, 2) else 0.0),
     }
+    # The reward functions (and an agentic run's tools) run in Python between the GPU's phases: the rank holds its
+    # resident memory then. The no-grad scoring pass runs only where TRL needs it (Inputs.scores).
+    phases["reward"] = persistent + vllm_resident + c["dequantized_weights"]
+    if x.agentic:
+        phases["tools"] = phases["reward"]
+    if not x.scores:
+        del phases["score"]
     if x.vllm_mode == "server":  # before each generation, after the optimizer step: what the sync holds on rank 0
         sync = c["weight_sync_buffers"] + c["weight_sync_copy"]
         phases["weight_sync"] = persistent + c["zero3_gather"] + c["fsdp_full_tensor"] + sync
+    phases = {phase: phases[phase] for phase in PHASES if phase in phases}  # in the order a step runs them
     torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
     phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
     c["allocator_reserve"] = FRAGMENTATION * max(torch_part.values())

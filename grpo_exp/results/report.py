@@ -152,14 +152,13 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     from rich.table import Table
 
     summary = summary if summary is not None else rundir.read_summary(run_dir)
-    console = Console(width=120)
+    console = Console(width=100)
     console.print(f"[bold]run report[/] {run_dir}")
     for line in headline(summary):
         console.print(f"  {line}")
-    table = Table(
-        title=f"peak memory per process (GiB, {_measure(summary)}; max over ranks) - measured vs planned",
-        title_justify="left",
-    )
+    # titles on a line of their own: a table's title wraps at the table's width (~55 columns)
+    console.print(f"[italic]peak memory per process (GiB, {_measure(summary)}; max over ranks): measured vs planned")
+    table = Table()
     for column, justify in (
         ("role", "left"),
         ("phase", "left"),
@@ -173,9 +172,8 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     console.print(table)
     rows = engine_rows(summary)
     if rows:
-        engine = Table(
-            title="vLLM engine at start-up (GiB, one engine) - logged by vLLM vs planned", title_justify="left"
-        )
+        console.print("[italic]vLLM engine at start-up (GiB, one engine): logged by vLLM vs planned")
+        engine = Table()
         for column in ("component", "logged", "planned", "plan error"):
             engine.add_column(column, justify="left" if column == "component" else "right")
         for row in rows:

@@ -497,9 +497,9 @@ def test_fields_trls_parser_ignored_are_noted_not_refused(importer, capsys):
         "lora_task_type",
     ):
         assert f"# ignored (no effect on the run): {field}:" in text and f"ignored, as TRL ignores it: {field}" in out
-    code, _ = importer({**BASE, "dataset_streaming": True, "chat_template": "{{ x }}"})
+    code, _ = importer({**BASE, "dataset_streaming": True, "reward_model_name_or_path": "org/rm"})
     err = capsys.readouterr().err
-    assert code == 2 and "  dataset_streaming:" in err and "  chat_template:" in err
+    assert code == 2 and "  dataset_streaming:" in err and "  reward_model_name_or_path:" in err
 
 
 def test_a_value_that_does_not_compose_is_refused_by_its_field_and_nothing_is_written(importer, capsys):

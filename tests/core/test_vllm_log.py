@@ -46,6 +46,10 @@ def test_the_run_report_sets_vllms_figures_beside_the_plan(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "vLLM engine at start-up" in out and "492,912" in out
     assert report.engine_rows({"status": "completed"}) == []
+    # it fits 100 columns, each title whole on its own line
+    assert max(map(len, out.splitlines())) <= 100
+    assert "peak memory per process (GiB, host_rss_max; max over ranks): measured vs planned" in out
+    assert "vLLM engine at start-up (GiB, one engine): logged by vLLM vs planned" in out
 
 
 def test_calibration_fits_the_engines_overhead_from_what_vllm_logged(tmp_path):

@@ -23,7 +23,12 @@ def test_fsdp2_shards_every_state_over_the_world_hand_computed():
     x = _x("fsdp=full_shard")
     assert x.fsdp and x.fsdp_shard == 8 and x.dtype_bytes == 2
     # bf16 weights, gradients and AdamW's two moments, each a DTensor shard of 1/8
-    assert memory.model_states(x) == {"weights": 2 * P7 / 8, "gradients": 2 * P7 / 8, "optimizer": 4 * P7 / 8}
+    assert memory.model_states(x) == {
+        "weights": 2 * P7 / 8,
+        "gradients": 2 * P7 / 8,
+        "fp32_gradients": 0.0,
+        "optimizer": 4 * P7 / 8,
+    }
     c = memory.estimate_train(x).components
     # root unit (embedding + untied LM head) and two decoder layers gathered in bf16, one layer's gradients
     assert c["fsdp_buffers"] == (2 * V * H + 2 * LAYER) * 2 + LAYER * 2
@@ -54,7 +59,7 @@ def test_fsdp2_lowers_a_full_fine_tunes_peak_and_offload_moves_its_states_to_the
     )
     assert 0 < fsdp.memory["train"]["peak_gib"] < 0.6 * none.memory["train"]["peak_gib"]
     offload = _x("fsdp=full_shard_offload")
-    assert memory.model_states(offload) == {"weights": 0.0, "gradients": 0.0, "optimizer": 0.0}
+    assert memory.model_states(offload) == {"weights": 0.0, "gradients": 0.0, "fp32_gradients": 0.0, "optimizer": 0.0}
     host = host_memory.offloaded_per_rank(offload)
     assert host["offloaded_states"] == 4 * 2 * P7 / 8  # weights + gradients + 2 moments, bf16, per rank's shard
 

@@ -21,16 +21,27 @@ def test_model_states_by_zero_stage_hand_computed():
     base = plan_inputs("model=qwen7b", "topology=1x8")
     assert base.world_size == 8 and base.dtype_bytes == 2
     # plain DDP, bf16 weights: 2P weights, 2P gradients, AdamW moments in bf16 (4P)
-    assert memory.model_states(base) == {"weights": 2 * P7, "gradients": 2 * P7, "optimizer": 4 * P7}
+    assert memory.model_states(base) == {
+        "weights": 2 * P7,
+        "gradients": 2 * P7,
+        "fp32_gradients": 0.0,
+        "optimizer": 4 * P7,
+    }
     z2 = memory.model_states(dataclasses.replace(base, zero_stage=2))
     # DeepSpeed's estimate_zero2_model_states_mem_needs: 2P + 18P/N (16-bit params + 2+4+4+8 bytes/N)
     assert sum(z2.values()) == pytest.approx(2 * P7 + 18 * P7 / 8)
     z3 = memory.model_states(dataclasses.replace(base, zero_stage=3))
-    assert z3 == {"weights": 2 * P7 / 8, "gradients": 6 * P7 / 8, "optimizer": 12 * P7 / 8}
+    # backward's 16-bit gradient partition; the step's fp32 copy (P/N < sub_group_size 1e9: the whole partition)
+    assert z3 == {
+        "weights": 2 * P7 / 8,
+        "gradients": 2 * P7 / 8,
+        "fp32_gradients": 4 * P7 / 8,
+        "optimizer": 12 * P7 / 8,
+    }
     z3_offload = memory.model_states(
         dataclasses.replace(base, zero_stage=3, offload_optimizer=True, offload_params=True)
     )
-    assert z3_offload == {"weights": 0.0, "gradients": 2 * P7 / 8, "optimizer": 0.0}
+    assert z3_offload == {"weights": 0.0, "gradients": 2 * P7 / 8, "fp32_gradients": 0.0, "optimizer": 0.0}
 
 
 def test_lora_trainable_parameters_hand_computed():
@@ -219,7 +230,8 @@ def test_action_plan_prints_the_breakdown_and_writes_memory_fields(tmp_path, cap
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["fits"] is False and plan["errors"] == []
     assert set(plan["train"]) >= {"peak_gib", "capacity_gib", "components_gib", "phases_gib"}
-    assert set(plan["train"]["phases_gib"]) == {"generate", "score", "train", "optimizer"}
+    # beta 0, generation and steps aligned: TRL scores nothing without gradients, so no score phase is planned
+    assert set(plan["train"]["phases_gib"]) == {"generate", "reward", "train", "optimizer"}
     # no engine memory
     assert plan["vllm"] == {
         "mode": "off",
