@@ -15,18 +15,24 @@ VLLM_VENV ?= .venv-vllm
 
 .PHONY: demo test test-fast test-vllm coverage lint setup clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed-test
 
+# What the demo needs and no more: the stack and grpo_exp itself.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: an unpinned resolve may pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet -c constraints.txt torch
 	# compat: a plain path entry, so Hydra finds the frontier sweeper in hydra_plugins/
+	$(PY) -m pip install --quiet -c constraints.txt -e . --config-settings editable_mode=compat
+	touch $@
+
+# The test lanes' extras on top: pytest and ruff, the trackers' tests, SLURM (submitit), Optuna's sweeper.
+$(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slurm,optuna]' --config-settings editable_mode=compat
 	touch $@
 
-demo: setup
+demo: $(VENV)/.installed
 	$(PY) -m grpo_exp
 
 # make test runs two pytest-xdist workers (the suite's 10-minute budget is set on 2 cores). Tests that

@@ -1,5 +1,5 @@
 """Installable like any tool: a wheel (not an editable checkout) carries conf/ and sweeps/, plans from
-another directory, and takes a user's own config dir (--config-dir) beside its own options."""
+another directory, takes a user's own config dir (--config-dir) beside its own options, and trains the demo."""
 
 import subprocess
 import sys
@@ -67,3 +67,15 @@ def test_a_wheel_plans_from_any_directory_with_a_users_config_dir(tmp_path):
         "--config-dir", str(tmp_path / "mine"), "model=my_model", "topology=1x8", f"hydra.run.dir={tmp_path / 'w2'}"
     )
     assert own.returncode == 0 and "my-model" in (tmp_path / "w2" / "config.yaml").read_text(), own.stderr[-2000:]
+    # the demo itself, trained from the installed wheel (a step, one process: what `pip install .` gives a user)
+    demo = subprocess.run(
+        [sys.executable, "-m", "grpo_exp", "trainer.max_steps=1", "topology.cpu_procs=1", "logger=none"]
+        + [f"hydra.run.dir={tmp_path / 'demo'}"],
+        cwd=tmp_path / "elsewhere",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert '"status": "completed"' in (tmp_path / "demo" / "summary.json").read_text()
