@@ -137,3 +137,10 @@ def test_every_config_key_the_docs_name_is_a_key():
             if not overrides._allows(key.split(".")) and keys.home(key) is None:  # (a foreign name shown redirected)
                 bad.setdefault(page.name, []).append(key)
     assert not bad, bad
+
+
+def test_the_config_reference_is_generated_from_the_schema():
+    from grpo_exp.config import reference
+
+    page = (ROOT / "docs" / "config-reference.md").read_text()
+    assert page == reference.page_with(reference.render(), page), "run: python -m grpo_exp.config.reference --write"
