@@ -168,3 +168,39 @@ def test_the_config_reference_is_generated_from_the_schema():
 
     page = (ROOT / "docs" / "config-reference.md").read_text()
     assert page == reference.page_with(reference.render(), page), "run: python -m grpo_exp.config.reference --write"
+
+
+def shown_outputs() -> list[tuple[str, list[str], list[str]]]:
+    """(page, the command's arguments, the lines shown after it) of every output block the docs show for a
+    `$ python -m grpo_exp ...` command; lines with `...` are abridged on purpose and not compared."""
+    found = []
+    for page in PAGES:
+        for lang, text in fenced_blocks(page):
+            if lang not in ("", "console") or not text.startswith("$ python -m grpo_exp"):
+                continue
+            for segment in text.split("$ ")[1:]:
+                command, *shown = segment.rstrip("\n").split("\n")
+                found.append((page.name, shlex.split(command)[3:], [line for line in shown if "..." not in line]))
+    return found
+
+
+SHOWN = shown_outputs()
+
+
+@pytest.mark.slow  # the real CLI in a subprocess, per block
+@pytest.mark.parametrize("page,args,shown", SHOWN, ids=[f"{p}: {' '.join(a)}"[:90] for p, a, _ in SHOWN])
+def test_every_output_the_docs_show_is_what_the_program_prints(page, args, shown, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "grpo_exp", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100"},
+        timeout=120,
+    )
+    printed = {
+        " ".join(line.replace(sys.executable, "python").split())
+        for line in (result.stdout + result.stderr).splitlines()
+    }
+    stale = [line for line in shown if line.strip() and " ".join(line.split()) not in printed]
+    assert "Traceback" not in result.stderr and not stale, f"{page}: lines the program no longer prints: {stale}"
