@@ -106,6 +106,18 @@ def test_every_command_of_the_docs_plans(page, args, users_code):
     assert cfg is not None and text == "", f"{page}: {' '.join(args)}\n{text}"
 
 
+def run_cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    """`python -m grpo_exp <args>` as a reader runs it, at the 100 columns the docs' output blocks are printed at."""
+    return subprocess.run(
+        [sys.executable, "-m", "grpo_exp", *args, f"hydra.run.dir={tmp_path / 'run'}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100"},
+        timeout=120,
+    )
+
+
 def plan_block(output: str) -> str:
     """The part of a plan README.md shows: the memory table and the ranked fixes."""
     lines = output.splitlines()
@@ -124,14 +136,7 @@ def test_the_readmes_plan_is_what_the_program_prints(tmp_path):
     (console,) = [text for lang, text in fenced_blocks(ROOT / "README.md") if lang == "console"]
     command, shown = console.split("\n", 1)
     args = shlex.split(command.removeprefix("$ "))[3:]
-    result = subprocess.run(
-        [sys.executable, "-m", "grpo_exp", *args, f"hydra.run.dir={tmp_path / 'plan'}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "100"},
-        timeout=120,
-    )
+    result = run_cli(args, tmp_path)
     assert "Traceback" not in result.stderr
     assert plan_block(result.stdout) == shown.rstrip("\n"), (
         "README.md's plan block is stale; the program prints:\n" + plan_block(result.stdout)
@@ -190,14 +195,7 @@ SHOWN = shown_outputs()
 @pytest.mark.slow  # the real CLI in a subprocess, per block
 @pytest.mark.parametrize("page,args,shown", SHOWN, ids=[f"{p}: {' '.join(a)}"[:90] for p, a, _ in SHOWN])
 def test_every_output_the_docs_show_is_what_the_program_prints(page, args, shown, tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "grpo_exp", *args, f"hydra.run.dir={tmp_path / 'run'}"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "100"},
-        timeout=120,
-    )
+    result = run_cli(args, tmp_path)
     printed = {
         " ".join(line.replace(sys.executable, "python").split())
         for line in (result.stdout + result.stderr).splitlines()

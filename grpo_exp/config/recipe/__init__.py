@@ -54,8 +54,8 @@ def build(
         else:
             recipe_field(exp, key, plain(value))
     if "reward_funcs" not in recipe and OPEN_R1_KEYS & set(recipe):  # open-r1's script uses its defaults
-        rewards(exp, OPEN_R1_DEFAULT_REWARDS, "reward_funcs (open-r1's default)", frozenset(skip))
-    reconcile_weights(exp, recipe, skip)
+        rewards(exp, OPEN_R1_DEFAULT_REWARDS, "reward_funcs (open-r1's default)")
+    reconcile_weights(exp, recipe)
     _nest_model_init_kwargs(exp)
     trainers = to_int(num_processes if num_processes is not None else (accelerate or {}).get("num_processes"))
     resolve_later(exp, trainers)

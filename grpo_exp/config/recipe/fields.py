@@ -74,18 +74,18 @@ def _is_text(value) -> bool:
     return isinstance(value, str) and value.strip() != ""
 
 
-def rewards(exp: Experiment, names, source: str, skip: frozenset = frozenset()) -> None:
-    """The recipe's reward functions as data.rewards, replacing data=hf's. A name in `skip` (--skip <name>) is left
-    out, and its reward_weights entry with it (reconcile_weights)."""
+def rewards(exp: Experiment, names, source: str) -> None:
+    """The recipe's reward functions as data.rewards, replacing data=hf's. A name in exp.skip (--skip <name>) is
+    left out, and its reward_weights entry with it (reconcile_weights)."""
     if isinstance(names, str):  # one name, as `--reward_funcs accuracy` gives it
         names = [names]
     if not isinstance(names, list) or not all(_is_text(n) for n in names):
         exp.lack(source, f"{names!r}: a list of reward function names or dotted import paths")
         return
     exp.later["reward_names"] = list(names)
-    for name in [n for n in names if n in skip]:
+    for name in [n for n in names if n in exp.skip]:
         exp.skipped[f"{source}: {name}"] = "left out with its reward_weights entry (--skip)"
-    names = [n for n in names if n not in skip]
+    names = [n for n in names if n not in exp.skip]
     if not names:  # every one left out: as --skip reward_funcs, data=hf's own rewards stay
         exp.notes.append(f"every reward of {source} is left out (--skip): data=hf's own rewards stay")
         return
@@ -108,10 +108,10 @@ def rewards(exp: Experiment, names, source: str, skip: frozenset = frozenset()) 
         exp.set("data.answer_column", "solution", f"{source}: open-r1's accuracy reads the `solution` column", source)
 
 
-def reconcile_weights(exp: Experiment, recipe: dict, skip: set[str]) -> None:
+def reconcile_weights(exp: Experiment, recipe: dict) -> None:
     """reward_weights as the rewards kept: one weight per recipe reward, so a reward left out (--skip <name>) takes
     its weight along, and with reward_funcs left out whole the weights go too (they were the recipe's rewards')."""
-    weights = recipe.get("reward_weights")
+    weights, skip = recipe.get("reward_weights"), exp.skip
     if not isinstance(weights, list) or "reward_weights" in skip or "trainer.reward_weights" not in exp.values:
         return
     names = exp.later.get("reward_names")
@@ -234,7 +234,7 @@ def recipe_field(exp: Experiment, name: str, value) -> None:
     elif name == "datasets":  # trl 1.x's DatasetMixtureConfig: one dataset is data.path, a mixture has no home
         _mixture(exp, name, value)
     elif name == "reward_funcs":
-        rewards(exp, value, name, frozenset(exp.skip))
+        rewards(exp, value, name)
     elif name == "warmup_ratio":
         exp.set("trainer.warmup_steps", value, f"{name} (transformers 5: a warmup_steps below 1 is a ratio)")
     elif home is not None and home.ignored:
