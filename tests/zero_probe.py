@@ -75,3 +75,8 @@ if __name__ == "__main__":
         found = measure(stage, sub_group_size, arch)
         if int(os.environ["RANK"]) == 0:
             print(json.dumps(found), flush=True)
+    # Tear the gloo group down while both ranks are alive: left to interpreter exit, a rank that finishes first
+    # can destroy it under its peer's last collective ("terminate called without an active exception", seen
+    # on a busy CI machine).
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()

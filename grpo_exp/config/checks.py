@@ -34,7 +34,9 @@ CHOICES = {
     "vllm.mode": ("off", "colocate", "server"),
     "model.dtype": DTYPES,
     "data.loader": LOADERS,
-    "launcher.name": ("local", "slurm"),
+    "launcher.name": ("local", "slurm", "kubernetes"),
+    "launcher.kubernetes.kind": ("auto", "trainjob", "jobset"),
+    "launcher.kubernetes.image_pull_policy": ("Always", "IfNotPresent", "Never"),
     "logger.name": ("wandb", "mlflow", "tensorboard", "trackio", "swanlab", "none"),
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
@@ -159,6 +161,10 @@ RANGES = {
     "launcher.slurm.signal_delay_s": _at_least(1),
     "launcher.slurm.max_requeues": _at_least(0, 1000),
     "launcher.slurm.max_parallel": _at_least(1, 4096),
+    "launcher.kubernetes.cpus_per_process": _at_least(1, 1024),
+    "launcher.kubernetes.memory_headroom": _at_least(1, 100),
+    "launcher.kubernetes.max_restarts": _at_least(0, 1000),
+    "launcher.kubernetes.poll_s": _above(0),
 }
 # Keys the plan reads: when one of them is invalid, no plan is made (checks that need it are skipped).
 PLAN_INPUTS = {

@@ -250,9 +250,33 @@ class SlurmConfig:
 
 
 @dataclass
+class KubernetesConfig:
+    """launcher=kubernetes (launching/kubernetes.py): the objects the plan becomes, and where they run."""
+
+    kind: str = "auto"  # auto: TrainJob without a vLLM server, JobSet with one | trainjob | jobset
+    job_name: Optional[str] = None  # null: grpo-<experiment>-<4 hex of the run dir>
+    namespace: str = "default"
+    image: Optional[str] = None  # an image with grpo_exp and the stack installed
+    image_pull_policy: str = "IfNotPresent"
+    runtime: str = "torch-distributed"  # the ClusterTrainingRuntime a TrainJob names
+    queue: Optional[str] = None  # Kueue's LocalQueue: label kueue.x-k8s.io/queue-name
+    service_account: Optional[str] = None
+    node_selector: Dict[str, str] = field(default_factory=dict)
+    tolerations: List[Dict[str, Any]] = field(default_factory=list)  # core/v1 Toleration objects
+    volume: Optional[str] = None  # a PersistentVolumeClaim for run dirs and checkpoints; null: emptyDir
+    mount_path: str = "/runs"  # the run dir is <mount_path>/<job name>
+    gpu_resource: str = "nvidia.com/gpu"
+    cpus_per_process: int = 8  # CPU cores requested per training process and per vLLM GPU
+    memory_headroom: float = 1.2  # memory limit = the host RAM planned for the pod x this
+    max_restarts: int = 3  # recreated this often after a failure or eviction (runs resume from a checkpoint)
+    poll_s: float = 10.0
+
+
+@dataclass
 class LauncherConfig:
-    name: str = "local"  # local: this node's share via torchrun | slurm: one submitit task per node
+    name: str = "local"  # local: this node's share via torchrun | slurm: one submitit task per node | kubernetes
     slurm: SlurmConfig = field(default_factory=SlurmConfig)
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
 
 
 @dataclass

@@ -41,8 +41,13 @@ def freeze_config(cfg: DictConfig, run_dir: Path) -> Path:
     """Write the fully resolved config; from here on nobody re-resolves it (no per-rank ${now:})."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / CONFIG
-    path.write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    path.write_text(config_text(cfg))
     return path
+
+
+def config_text(cfg: DictConfig) -> str:
+    """config.yaml as every process reads it (launcher=kubernetes puts the same text in a ConfigMap)."""
+    return OmegaConf.to_yaml(cfg, resolve=True)
 
 
 def load_config(path: str | Path) -> DictConfig:

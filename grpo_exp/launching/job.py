@@ -74,7 +74,7 @@ def run(job: Job) -> Ended:
     elif not job.sweeping and (reused := reused_run_dir(run_dir)):  # Hydra wrote .hydra/ here already
         errors.report(str(reused))
         return Ended(outcome.EXIT_INVALID, None)
-    plan, problems = None, finalize(cfg, job.explicit)
+    plan, problems = None, finalize(cfg, job.explicit, run_dir)
     if not problems:  # the checks read what finalize fills in (model=auto's numbers)
         plan, problems = check(cfg, run_dir, launch.visible_gpus() if job.gpus is None else job.gpus)
     if job.unknown or problems:  # unknown keys were left out of composing: the rest was checked beside them
@@ -82,8 +82,18 @@ def run(job: Job) -> Ended:
     memory = _memory_plan(cfg, plan)
     if cfg.action == "plan":
         memory["notes"] += preflight.unchecked_data(cfg)
+    manifests = None
+    if cfg.launcher.name == "kubernetes":  # built and checked before anything is written
+        from grpo_exp.launching import kubernetes
+
+        manifests, problems = kubernetes.build(cfg, plan, memory)
+        if problems:
+            return _refuse(run_dir, problems, job.sweeping)
+        memory["notes"] += kubernetes.notes(cfg)
     rundir.freeze_config(cfg, run_dir)
     plan_file.write(run_dir, plan, memory)
+    if manifests is not None:
+        kubernetes.write(run_dir, manifests)
     if cfg.action == "plan":
         return _planned(run_dir, plan, memory, job.sweeping)
     print(placement.describe(plan))
@@ -102,16 +112,20 @@ def run(job: Job) -> Ended:
     return _launch(cfg, run_dir, plan, job)
 
 
-def finalize(cfg: DictConfig, explicit: set[str]) -> list[Problem]:
+def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -> list[Problem]:
     """Make `cfg` what every later step reads, in place: TRL's and transformers' aliases and coerced values
     (`explicit`: the keys the user set), model=auto's architecture numbers from config.json, free ports for
-    `auto`. The problems that stop it (an interpolation that does not resolve, a bad port, a model whose
-    config.json cannot be read)."""
+    `auto`, and on Kubernetes the job's name and its pods' addresses. The problems that stop it (an
+    interpolation that does not resolve, a bad port, a model whose config.json cannot be read)."""
     try:  # every interpolation resolves (${oc.env:...} of an unset variable does not)
         OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
         return errors.unresolvable(cfg) or [errors.as_problem(exc)]
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
+    if not problems and cfg.launcher.name == "kubernetes":
+        from grpo_exp.launching import kubernetes
+
+        kubernetes.finalize(cfg, run_dir)  # a pod's addresses and ports are its own: none is looked up here
     if not problems:
         ports.resolve_auto(cfg)  # before the plan's commands and config.yaml name the ports
     return problems
@@ -129,7 +143,13 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan | N
     plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
     problems += plan_checks.check(cfg, plan)
     batch_known = "data.num_samples" not in bad
-    if cfg.action == "run":
+    if cfg.launcher.name == "kubernetes":  # nothing runs here: the cluster's pods are checked by their manifests
+        from grpo_exp.launching import kubernetes
+
+        problems += kubernetes.check(cfg, plan) + preflight.check_data(cfg, plan, batch_known=batch_known)
+        if cfg.action == "run":
+            problems += kubernetes.check_cluster(cfg)
+    elif cfg.action == "run":
         problems += preflight.check(cfg, plan, gpus, batch_known=batch_known)
     else:
         problems += preflight.check_data(cfg, plan, batch_known=batch_known)
@@ -220,7 +240,7 @@ def _run_anyway(cfg: DictConfig, memory: dict) -> bool:
 
 
 def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
-    """Start this node's share (or submit the SLURM job), wait for it, conclude."""
+    """Start this node's share (or submit the SLURM job, or apply the Kubernetes one), wait for it, conclude."""
     if cfg.preflight.fitted:
         rundir.write_summary(run_dir, preflight_fit=[_fitted(item) for item in cfg.preflight.fitted])
     node = plan.nodes[cfg.topology.node_rank]
@@ -240,9 +260,13 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
             from grpo_exp.launching import slurm
 
             code = slurm.submit_and_wait(cfg, run_dir, plan)
+        elif cfg.launcher.name == "kubernetes":
+            from grpo_exp.launching import kubernetes_run
+
+            code = kubernetes_run.run(cfg, run_dir)
         else:
             code = launch.run_node(cfg, run_dir, node)
-    except LaunchFailed as exc:  # SLURM refused the job, or the vLLM server never answered
+    except LaunchFailed as exc:  # SLURM or kubectl refused the job, or the vLLM server never answered
         rundir.write_rank_record(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
         code = outcome.EXIT_FAILED
     except Mismatch as exc:  # a dedicated serving node runs another config

@@ -1,0 +1,728 @@
+"""launcher=kubernetes: the run's plan as Kubernetes objects, built with the field's own models
+(kubeflow-trainer-api: TrainJob, JobSet and the core/v1 kinds) and checked before anything is applied.
+
+    training alone, or vLLM colocated    a TrainJob on Kubeflow Trainer's `torch-distributed` runtime: numNodes,
+                                         numProcPerNode and resourcesPerNode are the plan's nodes, processes and
+                                         GPUs; the runtime hands torchrun the rest as PET_* variables
+    a vLLM server with pods of its own   a JobSet: replicated job `vllm` (the plan's server argv, a readiness probe
+                                         on /health) first, then one replicated job per training node
+                                         (`node-<rank>`, its plan command as written), each `dependsOn` the server
+                                         being Ready; the JobSet succeeds when the training nodes do
+
+Every pod mounts the frozen config.yaml from a ConfigMap at <mount_path>/<job name>/config.yaml, on the volume that
+holds the run dir (launcher.kubernetes.volume), so the worker's run dir is the same on every pod. Addresses are the
+pods' DNS names (finalize): the rendezvous on node 0's pod, the server's on its own pod, listening on all of the
+pod's addresses (a pod has its own network namespace).
+
+A multi-node vLLM server (a LeaderWorkerSet in vLLM's docs) never comes up: the plan refuses more than one serving
+node (TRL 1.16's client talks to one server) and tensor parallelism wider than a node.
+
+Needs the `kubernetes` extra (kubeflow-trainer-api, kubernetes-validate); `kubectl` where it is on PATH.
+"""
+
+import hashlib
+import math
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from grpo_exp import GIB, Problem
+from grpo_exp.core import rundir
+from grpo_exp.planning import host_memory
+from grpo_exp.planning.placement import Plan
+
+MANIFESTS = "kubernetes.yaml"  # in the run dir, beside plan.json: every object, in the order kubectl applies them
+TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "grpo-exp"}
+
+# Kubeflow Trainer's torch plugin (pkg/runtime/framework/plugins/torch/torch.go, constants.go): the trainer's
+# replicated job and container are named `node`, the rendezvous is node 0's pod on port 29500, and the node rank is
+# the pod's completion index. PET_* are torchrun's own environment names for its arguments.
+TRAINER_NODE = "node"
+TRAINER_PORT = 29500
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+PET_FLAGS = {  # torchrun's flag -> the variable it reads in its place
+    "--nnodes": "PET_NNODES",
+    "--nproc-per-node": "PET_NPROC_PER_NODE",
+    "--node-rank": "PET_NODE_RANK",
+    "--master-addr": "PET_MASTER_ADDR",
+    "--master-port": "PET_MASTER_PORT",
+}
+
+# Names. A pod's hostname is <job>-<replicated job>-<job index>-<pod index>, a DNS label (63 characters); Kubeflow
+# Trainer 2.4 takes at most 20 characters for a job's name (as issue 37 reports it: not read in its source here).
+NAME_MAX = 20
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # and at most 63 characters
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+CONFIGMAP_MAX_BYTES = 1 << 20  # etcd's limit on one object
+
+# GPU visibility is the device plugin's on Kubernetes: a pod sees the GPUs it was given, numbered from 0.
+GPU_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "GRPO_EXP_VLLM_GPUS")
+RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "NNODES")  # a TrainJob's runtime sets PET_* instead
+
+
+def kind(cfg: DictConfig) -> str:
+    """TrainJob or JobSet: what launcher.kubernetes.kind asks for, `auto` by the layout."""
+    asked = cfg.launcher.kubernetes.kind
+    if asked == "auto":
+        return "JobSet" if cfg.vllm.mode == "server" else "TrainJob"
+    return {"trainjob": "TrainJob", "jobset": "JobSet"}[asked]
+
+
+def job_name(cfg: DictConfig, run_dir: Path | None) -> str:
+    """launcher.kubernetes.job_name, else grpo-<experiment>-<4 hex of the run dir>: each run (each trial of a
+    sweep) its own job, within NAME_MAX."""
+    given = cfg.launcher.kubernetes.job_name
+    if given is not None:
+        return str(given)
+    tag = hashlib.sha1(str(run_dir or cfg.experiment).encode()).hexdigest()[:4]
+    stem = re.sub(r"[^a-z0-9]+", "-", str(cfg.experiment).lower()).strip("-")[: NAME_MAX - len("grpo--") - len(tag)]
+    return f"grpo-{stem.rstrip('-')}-{tag}" if stem else f"grpo-{tag}"
+
+
+def pod_host(name: str, replicated_job: str) -> str:
+    """The DNS name of the first pod of `replicated_job`: JobSet's <jobset>-<rjob>-<job>-<pod>.<subdomain>; a
+    TrainJob's JobSet is named after it, and its trainer is replicated job `node`."""
+    return f"{name}-{replicated_job}-0-0.{name}"
+
+
+def finalize(cfg: DictConfig, run_dir: Path | None) -> None:
+    """The addresses of a Kubernetes run, set in the config every pod reads: the job's name, the rendezvous on
+    node 0's pod (a TrainJob's at Kubeflow's port), the server on its own pod, listening on the pod's addresses."""
+    k = cfg.launcher.kubernetes
+    k.job_name = name = job_name(cfg, run_dir)
+    first_node = TRAINER_NODE if kind(cfg) == "TrainJob" else f"{TRAINER_NODE}-0"
+    cfg.topology.master_addr = pod_host(name, first_node)
+    if kind(cfg) == "TrainJob" or str(cfg.topology.master_port) == "auto":
+        cfg.topology.master_port = TRAINER_PORT
+    if cfg.vllm.mode == "server":
+        cfg.vllm.server_host = pod_host(name, "vllm")
+        if cfg.vllm.server_bind is None:
+            cfg.vllm.server_bind = "0.0.0.0"  # the pod's own network namespace; the trainers come from other pods
+        if str(cfg.vllm.server_port) == "auto":
+            cfg.vllm.server_port = 8000
+
+
+def run_dir_in_pods(cfg: DictConfig) -> str:
+    k = cfg.launcher.kubernetes
+    return f"{k.mount_path.rstrip('/')}/{k.job_name}"
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+
+
+def check(cfg: DictConfig, plan: Plan) -> list[Problem]:
+    """What Kubernetes refuses or cannot express, before any object is built: the layout the kind can hold, names
+    and labels, and a model the server's pod can load."""
+    import importlib.util
+
+    k = cfg.launcher.kubernetes
+    problems = []
+    if (
+        importlib.util.find_spec("kubeflow_trainer_api") is None
+        or importlib.util.find_spec("kubernetes_validate") is None
+    ):
+        problems.append(
+            Problem(
+                "launcher.name",
+                "kubernetes builds its objects with kubeflow-trainer-api and checks them with kubernetes-validate, "
+                "which are not installed here",
+                "pip install 'grpo_exp[kubernetes]'",
+            )
+        )
+    if kind(cfg) == "TrainJob" and cfg.vllm.mode == "server":
+        procs = sorted({n.train_procs for n in plan.nodes})
+        problems.append(
+            Problem(
+                "launcher.kubernetes.kind",
+                "is trainjob, but a TrainJob runs only its torch nodes, each with the same numProcPerNode and GPUs: "
+                f"the plan's nodes train {' and '.join(map(str, procs))} processes, and the vLLM server needs a pod of "
+                "its own (a trainer given node 0's 8 GPUs would hold the server's GPU too)",
+                "launcher.kubernetes.kind=auto (a JobSet: the server first, then the training nodes)",
+            )
+        )
+    name = k.job_name
+    longest = f"{name}-{TRAINER_NODE}-{max(len(plan.nodes) - 1, 0)}-0-0"
+    if not DNS_LABEL.match(name) or len(name) > NAME_MAX:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.job_name",
+                f"'{name}' is not a Kubernetes job name: lowercase letters, digits and '-', starting with a letter, "
+                f"at most {NAME_MAX} characters",
+                f"launcher.kubernetes.job_name=null (grpo-<experiment>-<hash>), or a name such as {job_name_fix(name)}",
+            )
+        )
+    elif len(longest) > 63:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.job_name",
+                f"makes pod hostnames such as {longest} ({len(longest)} characters; a DNS label holds 63)",
+                "a shorter launcher.kubernetes.job_name",
+            )
+        )
+    problems += _label_problems(cfg)
+    if cfg.vllm.mode == "server" and cfg.model.name_or_path is None:
+        problems.append(
+            Problem(
+                "model.name_or_path",
+                "is null: the tiny model is built on the machine that starts the run, which a vLLM server's pod "
+                "cannot see",
+                "a hub model id (model=qwen7b, ...), or a model directory on launcher.kubernetes.volume",
+            )
+        )
+    return problems
+
+
+def job_name_fix(name: str) -> str:
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    cleaned = cleaned if cleaned[:1].isalpha() else f"g{cleaned}"
+    return cleaned[:NAME_MAX].rstrip("-") or "grpo"
+
+
+def _label_problems(cfg: DictConfig) -> list[Problem]:
+    k = cfg.launcher.kubernetes
+    problems = []
+    values = {"experiment": str(cfg.experiment), "launcher.kubernetes.queue": k.queue}
+    values.update({f"launcher.kubernetes.node_selector.{key}": v for key, v in (k.node_selector or {}).items()})
+    for key, value in values.items():
+        if value is not None and (len(str(value)) > 63 or not LABEL_VALUE.match(str(value))):
+            problems.append(
+                Problem(
+                    key,
+                    f"'{value}' is not a Kubernetes label value (at most 63 letters, digits, '-', '_' or '.', "
+                    "starting and ending with a letter or digit)",
+                    "a value of that form",
+                )
+            )
+    for key in k.node_selector or {}:
+        if not LABEL_KEY.match(str(key)) or len(str(key).split("/")[-1]) > 63:
+            problems.append(
+                Problem(
+                    "launcher.kubernetes.node_selector",
+                    f"'{key}' is not a Kubernetes label key ([prefix/]name, the name at most 63 characters)",
+                    "a node label your nodes carry (kubectl get nodes --show-labels)",
+                )
+            )
+    return problems
+
+
+def check_cluster(cfg: DictConfig) -> list[Problem]:
+    """action=run: what applying needs here: kubectl, an image, a volume the run dir survives on."""
+    k = cfg.launcher.kubernetes
+    problems = []
+    if shutil.which("kubectl") is None:
+        problems.append(
+            Problem(
+                "launcher.name",
+                "kubernetes applies its objects with kubectl, which is not on PATH here",
+                "install kubectl with a kubeconfig for your cluster, or action=plan to write the manifests only",
+            )
+        )
+    if k.image is None:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.image",
+                "is null: the pods need an image with grpo_exp and its stack installed",
+                "launcher.kubernetes.image=<registry>/<image>:<tag>",
+            )
+        )
+    if k.volume is None:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.volume",
+                "is null: the run dir (metrics, summary, checkpoints) would be an emptyDir, lost with its pod",
+                "launcher.kubernetes.volume=<a ReadWriteMany PersistentVolumeClaim in the namespace>",
+            )
+        )
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------------- objects
+
+
+def build(cfg: DictConfig, plan: Plan, memory: dict) -> tuple[list[dict], list[Problem]]:
+    """The run's objects (the ConfigMap, then the TrainJob or JobSet), each passed through its model, and what
+    the models, the Kubernetes schemas and kubectl found wrong with them."""
+    try:
+        config = _configmap(cfg)
+        workload = _trainjob(cfg, plan, memory) if kind(cfg) == "TrainJob" else _jobset(cfg, plan, memory)
+    except ValueError as exc:  # pydantic's ValidationError is one: a value of the wrong type
+        return [], [_problem(str(exc).replace("\n", "; "))]
+    objects = [config, workload]
+    return objects, validate(objects, cfg)
+
+
+def notes(cfg: DictConfig) -> list[str]:
+    """What the plan's manifests leave to the user."""
+    k = cfg.launcher.kubernetes
+    out = [f"kubernetes: {kind(cfg)} {k.job_name} in namespace {k.namespace} (<run dir>/{MANIFESTS})"]
+    if k.image is None:
+        out.append("kubernetes: launcher.kubernetes.image is null: the manifests name a placeholder image")
+    if k.volume is None:
+        out.append("kubernetes: launcher.kubernetes.volume is null: the run dir is an emptyDir, lost with the pod")
+    return out
+
+
+def _metadata(cfg: DictConfig, name: str) -> dict:
+    k = cfg.launcher.kubernetes
+    labels = {**MANAGED_BY, "grpo-exp/experiment": str(cfg.experiment)}
+    if k.queue is not None:
+        labels[KUEUE_QUEUE_LABEL] = str(k.queue)
+    return {"name": name, "namespace": k.namespace, "labels": labels}
+
+
+def _configmap(cfg: DictConfig) -> dict:
+    from kubeflow_trainer_api.models import IoK8sApiCoreV1ConfigMap
+
+    text = rundir.config_text(cfg)
+    meta = _metadata(cfg, f"{cfg.launcher.kubernetes.job_name}-config")
+    return _through(
+        IoK8sApiCoreV1ConfigMap,
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {rundir.CONFIG: text}},
+    )
+
+
+def _volumes(cfg: DictConfig) -> tuple[list[dict], list[dict]]:
+    """Every pod's volumes and its container's mounts: the run dir's volume, config.yaml inside it, /dev/shm."""
+    k = cfg.launcher.kubernetes
+    run = {"persistentVolumeClaim": {"claimName": k.volume}} if k.volume else {"emptyDir": {}}
+    volumes = [
+        {"name": "runs", **run},
+        {"name": "config", "configMap": {"name": f"{k.job_name}-config"}},
+        {"name": "shm", "emptyDir": {"medium": "Memory"}},  # NCCL and vLLM's workers share memory through /dev/shm
+    ]
+    mounts = [
+        {"name": "runs", "mountPath": k.mount_path},
+        {
+            "name": "config",
+            "mountPath": f"{run_dir_in_pods(cfg)}/{rundir.CONFIG}",
+            "subPath": rundir.CONFIG,
+            "readOnly": True,
+        },
+        {"name": "shm", "mountPath": "/dev/shm"},
+    ]
+    return volumes, mounts
+
+
+def _pod_spec_extras(cfg: DictConfig) -> dict:
+    k = cfg.launcher.kubernetes
+    extras = {}
+    if k.node_selector:
+        extras["nodeSelector"] = {str(key): str(v) for key, v in k.node_selector.items()}
+    if k.tolerations:
+        extras["tolerations"] = OmegaConf.to_container(k.tolerations, resolve=True)
+    if k.service_account is not None:
+        extras["serviceAccountName"] = str(k.service_account)
+    return extras
+
+
+def pod_argv(cfg: DictConfig, argv: list[str], drop: tuple[str, ...] = ()) -> list[str]:
+    """A plan command as a pod runs it: the image's `python`, config.yaml where the pods mount it, and without the
+    torchrun flags in `drop` (a TrainJob's runtime gives them as PET_* variables)."""
+    local_config = argv[-1] if argv[-1].endswith(rundir.CONFIG) else None
+    out = ["python", *argv[1:]]
+    if local_config is not None:
+        out[-1] = f"{run_dir_in_pods(cfg)}/{rundir.CONFIG}"
+    return [a for a in out if a.split("=", 1)[0] not in drop and a != "--standalone"] if drop else out
+
+
+def _env(variables: dict[str, str], leave_out: tuple[str, ...]) -> list[dict]:
+    return [{"name": k, "value": str(v)} for k, v in variables.items() if k not in leave_out]
+
+
+def _resources(cfg: DictConfig, gpus: int, processes: int, memory_gib: float) -> dict:
+    """Requests: the GPUs, cpus_per_process per process, the host RAM planned; the memory limit adds the headroom."""
+    k = cfg.launcher.kubernetes
+    requests = {"cpu": str(k.cpus_per_process * max(processes, 1)), "memory": f"{math.ceil(memory_gib)}Gi"}
+    limits = {"memory": f"{math.ceil(memory_gib * k.memory_headroom)}Gi"}
+    if gpus:
+        requests[k.gpu_resource] = limits[k.gpu_resource] = str(gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def _host_gib(memory: dict, node_rank: int) -> float:
+    """The host RAM planned for node `node_rank` (planning/host_memory.py), GiB."""
+    for entry in memory.get("host") or []:
+        if node_rank in entry.get("nodes", [entry["node"]]):
+            return entry["peak_gib"]
+    return host_memory.HOST_RUNTIME_GPU_RANK / GIB
+
+
+def server_gib(plan: Plan, memory: dict, node_rank: int) -> float:
+    """The host RAM of the vLLM server's pod: all of a serving node's plan; on node 0 beside training, the server's
+    share of it (its processes' runtime on GPUs, its engine on CPU)."""
+    node = plan.nodes[node_rank]
+    if not node.train_procs:
+        return _host_gib(memory, node_rank)
+    if plan.device == "cpu":
+        entry = next(e for e in memory["host"] if node_rank in e.get("nodes", [e["node"]]))
+        return entry["components_gib"].get("vllm_server", 0.0)
+    gpus = len(node.vllm_gpus)
+    return (host_memory.HOST_RUNTIME_VLLM_SERVER + gpus * host_memory.HOST_RUNTIME_VLLM_WORKER) / GIB
+
+
+def _trainjob(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
+    from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
+
+    k = cfg.launcher.kubernetes
+    node = plan.nodes[0]
+    volumes, mounts = _volumes(cfg)
+    memory_gib = max(_host_gib(memory, n.node_rank) for n in plan.nodes)
+    gpus = len(node.train_gpus)
+    trainer = {
+        "image": k.image or "<launcher.kubernetes.image>",
+        "command": pod_argv(cfg, trainjob_command(node.commands["train"]), drop=tuple(PET_FLAGS)),
+        "env": _env(node.env["train"], GPU_VISIBILITY + RENDEZVOUS_ENV),
+        "numNodes": len(plan.nodes),
+        "numProcPerNode": node.train_procs,
+        "resourcesPerNode": _resources(cfg, gpus, node.train_procs, memory_gib),
+    }
+    pod_patch = {
+        **_pod_spec_extras(cfg),
+        "volumes": volumes,
+        "containers": [{"name": TRAINER_NODE, "volumeMounts": mounts}],
+    }
+    patch = {
+        "manager": "grpo-exp",
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [{"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": pod_patch}}}}]
+                }
+            }
+        },
+    }
+    body = {
+        "apiVersion": TRAINJOB_API,
+        "kind": "TrainJob",
+        "metadata": _metadata(cfg, k.job_name),
+        "spec": {
+            "runtimeRef": {"name": k.runtime, "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
+            "trainer": trainer,
+            "runtimePatches": [patch],
+        },
+    }
+    return _through(TrainerV1alpha1TrainJob, body)
+
+
+def trainjob_command(argv: list[str]) -> list[str]:
+    """The plan's training command as torchrun: one process on one node runs the worker directly, which a
+    TrainJob's torch runtime (numProcPerNode 1) runs under torchrun as well."""
+    if "torch.distributed.run" in argv:
+        return argv
+    return [argv[0], "-m", "torch.distributed.run", *argv[1:]]
+
+
+def _jobset(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
+    from kubeflow_trainer_api.models import JobsetV1alpha2JobSet
+
+    k = cfg.launcher.kubernetes
+    name = k.job_name
+    server_node = plan.vllm["server_node"]
+    jobs = []
+    if server_node is not None:
+        jobs.append(_replicated_job(cfg, "vllm", _server_pod(cfg, plan, memory, server_node)))
+    training = [n for n in plan.nodes if n.train_procs]
+    for node in training:
+        pod = _training_pod(cfg, plan, memory, node)
+        if server_node == node.node_rank:  # the 7+1 layout: the server's GPUs are on this node, beside it
+            pod["affinity"] = {
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_beside("vllm", name)]}
+            }
+        job = _replicated_job(cfg, f"{TRAINER_NODE}-{node.node_rank}", pod)
+        if server_node is not None:
+            job["dependsOn"] = [{"name": "vllm", "status": "Ready"}]
+        jobs.append(job)
+    body = {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": _metadata(cfg, name),
+        "spec": {
+            # pods reach each other by hostname, before they are ready (torchrun's rendezvous runs before that)
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "replicatedJobs": jobs,
+            "successPolicy": {
+                "operator": "All",
+                "targetReplicatedJobs": [j["name"] for j in jobs if j["name"] != "vllm"],
+            },
+            "failurePolicy": {"maxRestarts": k.max_restarts},
+        },
+    }
+    return _through(JobsetV1alpha2JobSet, body)
+
+
+def _beside(replicated_job: str, jobset: str) -> dict:
+    labels = {"jobset.sigs.k8s.io/jobset-name": jobset, "jobset.sigs.k8s.io/replicatedjob-name": replicated_job}
+    return {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+
+
+def _replicated_job(cfg: DictConfig, name: str, pod: dict) -> dict:
+    job_spec = {
+        "parallelism": 1,
+        "completions": 1,
+        "backoffLimit": 0,  # a failed pod fails the JobSet, which restarts every job together (failurePolicy)
+        "template": {"metadata": {"labels": dict(MANAGED_BY)}, "spec": {"restartPolicy": "Never", **pod}},
+    }
+    return {"name": name, "replicas": 1, "template": {"spec": job_spec}}
+
+
+def _container(cfg: DictConfig, name: str, argv: list[str], env: list[dict], resources: dict) -> dict:
+    k = cfg.launcher.kubernetes
+    _, mounts = _volumes(cfg)
+    return {
+        "name": name,
+        "image": k.image or "<launcher.kubernetes.image>",
+        "imagePullPolicy": k.image_pull_policy,
+        "command": argv,
+        "env": env,
+        "resources": resources,
+        "volumeMounts": mounts,
+    }
+
+
+def _training_pod(cfg: DictConfig, plan: Plan, memory: dict, node) -> dict:
+    host = _host_gib(memory, node.node_rank)
+    if node.vllm_gpus or (plan.device == "cpu" and "vllm" in node.commands):
+        host -= server_gib(plan, memory, node.node_rank)
+    container = _container(
+        cfg,
+        TRAINER_NODE,
+        pod_argv(cfg, node.commands["train"]),
+        _env(node.env["train"], GPU_VISIBILITY),
+        _resources(cfg, len(node.train_gpus), node.train_procs, host),
+    )
+    container["ports"] = [{"containerPort": int(cfg.topology.master_port), "name": "rendezvous"}]
+    volumes, _ = _volumes(cfg)
+    return {**_pod_spec_extras(cfg), "volumes": volumes, "containers": [container]}
+
+
+def _server_pod(cfg: DictConfig, plan: Plan, memory: dict, node_rank: int) -> dict:
+    node = plan.nodes[node_rank]
+    gpus = len(node.vllm_gpus)
+    container = _container(
+        cfg,
+        "vllm",
+        pod_argv(cfg, node.commands["vllm"]),
+        _env(node.env["vllm"], GPU_VISIBILITY),
+        _resources(cfg, gpus, gpus or 1, server_gib(plan, memory, node_rank)),
+    )
+    port = int(cfg.vllm.server_port)
+    health = {"httpGet": {"path": "/health", "port": port}, "periodSeconds": 10}
+    container["ports"] = [{"containerPort": port, "name": "vllm"}]
+    container["readinessProbe"] = health  # the training nodes start once it answers (dependsOn Ready)
+    # loading the model and capturing CUDA graphs takes minutes: probed for vllm.server_timeout before it counts
+    container["startupProbe"] = {**health, "failureThreshold": max(1, math.ceil(cfg.vllm.server_timeout / 10))}
+    volumes, _ = _volumes(cfg)
+    return {**_pod_spec_extras(cfg), "volumes": volumes, "containers": [container]}
+
+
+def _through(model, body: dict) -> dict:
+    """`body` as its model reads it back (with the defaults the model fills in, such as a port's protocol): types
+    checked, and a key the model does not know is an error (the models would drop it silently)."""
+    read = model.from_dict(body).to_dict()
+    dropped = _dropped(body, read)
+    if dropped is not None:
+        raise ValueError(f"{body['kind']}: {model.__name__} does not keep {dropped}")
+    return read
+
+
+def _dropped(given, read, path: str = "") -> str | None:
+    """The first part of `given` that `read` lost or changed (keys `read` adds are defaults, not losses)."""
+    if isinstance(given, dict) and isinstance(read, dict):
+        for key, value in given.items():
+            lost = f"{path}{key}" if key not in read else _dropped(value, read[key], f"{path}{key}.")
+            if lost is not None:
+                return lost
+        return None
+    if isinstance(given, list) and isinstance(read, list) and len(given) == len(read):
+        pairs = enumerate(zip(given, read, strict=True))
+        return next((lost for i, pair in pairs if (lost := _dropped(*pair, f"{path}{i}."))), None)
+    return None if given == read else path.rstrip(".") or "the object"
+
+
+# ---------------------------------------------------------------------------------------------------- validation
+
+# The kinds kubectl maps without asking a cluster: discovery answers as a cluster with JobSet and Kubeflow
+# Trainer installed gives them, written to a throwaway cache (kubectl reads its discovery cache before the server).
+_DISCOVERY = {
+    "v1": [("configmaps", "ConfigMap")],
+    "jobset.x-k8s.io/v1alpha2": [("jobsets", "JobSet")],
+    "trainer.kubeflow.org/v1alpha1": [("trainjobs", "TrainJob")],
+}
+_OFFLINE_SERVER = "kube.invalid:443"  # never resolved: kubectl answers from the cache
+
+
+def validate(objects: list[dict], cfg: DictConfig) -> list[Problem]:
+    """Kubernetes' own checks, offline: each pod template as a batch/v1 Job against the Kubernetes schemas
+    (kubernetes-validate), the ConfigMap's size, and kubectl's client-side dry run of the whole file."""
+    problems = []
+    for obj in objects:
+        for where, job in _jobs_inside(obj):
+            error = _schema_error(job)
+            if error:
+                problems.append(_problem(f"{obj['kind']} {obj['metadata']['name']} {where}: {error}"))
+        if obj["kind"] == "ConfigMap" and len(obj["data"][rundir.CONFIG].encode()) > CONFIGMAP_MAX_BYTES:
+            problems.append(_problem(f"config.yaml is over {CONFIGMAP_MAX_BYTES} bytes, a ConfigMap's limit"))
+    error = kubectl_dry_run(objects, cfg.launcher.kubernetes.namespace)
+    if error:
+        problems.append(_problem(f"kubectl create --dry-run=client: {error}"))
+    return problems
+
+
+def _problem(why: str) -> Problem:
+    return Problem(
+        "launcher.kubernetes",
+        why,
+        "check the launcher.kubernetes values the message names (tolerations, node_selector)",
+    )
+
+
+def _jobs_inside(obj: dict):
+    """(where, a batch/v1 Job) for each pod template of a JobSet; a TrainJob's trainer as the pod it patches."""
+    if obj["kind"] == "JobSet":
+        for job in obj["spec"]["replicatedJobs"]:
+            yield (
+                f"replicated job {job['name']}",
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {"name": job["name"]},
+                    "spec": job["template"]["spec"],
+                },
+            )
+    elif obj["kind"] == "TrainJob":
+        trainer = obj["spec"]["trainer"]
+        pod = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+        pod_spec = dict(pod["template"]["spec"]["template"]["spec"])
+        container = {
+            "name": TRAINER_NODE,
+            "image": trainer["image"],
+            "command": trainer["command"],
+            "env": trainer["env"],
+            "resources": trainer["resourcesPerNode"],
+            "volumeMounts": pod_spec.pop("containers")[0]["volumeMounts"],
+        }
+        spec = {"template": {"spec": {**pod_spec, "restartPolicy": "Never", "containers": [container]}}}
+        yield (
+            "trainer",
+            {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": obj["metadata"]["name"]}, "spec": spec},
+        )
+
+
+def _schema_error(obj: dict) -> str | None:
+    import kubernetes_validate
+
+    try:
+        kubernetes_validate.validate(obj, desired_version=kubernetes_validate.utils.latest_version(), strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return f"{'.'.join(map(str, exc.path))}: {exc.message}"
+    return None
+
+
+def kubectl_dry_run(objects: list[dict], namespace: str) -> str | None:
+    """kubectl's reading of the manifests (decode, kind mapping, defaults), with no cluster: None when it takes
+    them, its message when not. Skipped (None) where kubectl is not installed."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        _discovery_cache(root / "cache" / "discovery" / _OFFLINE_SERVER.replace(":", "_"))
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "offline", "cluster": {"server": f"https://{_OFFLINE_SERVER}"}}],
+            "users": [{"name": "offline", "user": {"token": "unused"}}],
+            "contexts": [
+                {"name": "offline", "context": {"cluster": "offline", "user": "offline", "namespace": namespace}}
+            ],
+            "current-context": "offline",
+        }
+        (root / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+        (root / MANIFESTS).write_text(dump(objects))
+        found = subprocess.run(
+            [
+                kubectl,
+                "create",
+                "--dry-run=client",
+                "--validate=false",
+                "-o",
+                "name",
+                "-f",
+                str(root / MANIFESTS),
+                "--kubeconfig",
+                str(root / "kubeconfig"),
+                "--cache-dir",
+                str(root / "cache"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    if found.returncode != 0:
+        return found.stderr.strip().splitlines()[-1] if found.stderr.strip() else f"exit {found.returncode}"
+    return None
+
+
+def _discovery_cache(folder: Path) -> None:
+    import json
+
+    groups = []
+    for group_version, resources in _DISCOVERY.items():
+        group, _, version = group_version.rpartition("/")
+        gv = {"groupVersion": group_version, "version": version}
+        groups.append({"name": group, "versions": [gv], "preferredVersion": gv})
+        listing = {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": [
+                {
+                    "name": plural,
+                    "singularName": k.lower(),
+                    "namespaced": True,
+                    "kind": k,
+                    "verbs": ["create", "get", "delete"],
+                }
+                for plural, k in resources
+            ],
+        }
+        path = folder / group_version / "serverresources.json" if group else folder / version / "serverresources.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(listing))
+    (folder / "servergroups.json").write_text(
+        json.dumps({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    )
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for text of several lines: the ConfigMap's config.yaml reads as the file it is."""
+
+
+_Dumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None),
+)
+
+
+def dump(objects: list[dict]) -> str:
+    """The objects as one YAML stream, each with apiVersion, kind and metadata first as kubectl prints them."""
+    first = ("apiVersion", "kind", "metadata")
+    ordered = [
+        {**{k: o[k] for k in first if k in o}, **{k: v for k, v in o.items() if k not in first}} for o in objects
+    ]
+    return yaml.dump_all(ordered, Dumper=_Dumper, sort_keys=False, width=120)
+
+
+def write(run_dir: Path, objects: list[dict]) -> Path:
+    path = Path(run_dir) / MANIFESTS
+    path.write_text(dump(objects))
+    return path
