@@ -47,7 +47,7 @@ def test_every_group_has_options():
         "peft": 3,
         "topology": 8,
         "logger": 6,
-        "launcher": 2,
+        "launcher": 3,
         "experiment": 1,
     }
 
