@@ -571,9 +571,38 @@ def validate(objects: list[dict], cfg: DictConfig) -> list[Problem]:
                 problems.append(_problem(f"{obj['kind']} {obj['metadata']['name']} {where}: {error}"))
         if obj["kind"] == "ConfigMap" and len(obj["data"][rundir.CONFIG].encode()) > CONFIGMAP_MAX_BYTES:
             problems.append(_problem(f"config.yaml is over {CONFIGMAP_MAX_BYTES} bytes, a ConfigMap's limit"))
+    problems += gpu_problems(objects, cfg.topology.gpus_per_node or 0, cfg.launcher.kubernetes.gpu_resource)
     error = kubectl_dry_run(objects, cfg.launcher.kubernetes.namespace)
     if error:
         problems.append(_problem(f"kubectl create --dry-run=client: {error}"))
+    return problems
+
+
+def gpu_problems(objects: list[dict], gpus_per_node: int, resource: str) -> list[Problem]:
+    """GPU requests a node of `gpus_per_node` GPUs cannot hold: one pod's, or those of the pods affinity keeps on
+    one host (a server's pod and node 0's trainer)."""
+    problems = []
+    for obj in objects:
+        host: dict[str, int] = {}  # replicated job -> the GPUs of the pods on its host
+        for where, job in _jobs_inside(obj):
+            pod = job["spec"]["template"]["spec"]
+            asked = sum(int(c["resources"].get("limits", {}).get(resource, 0)) for c in pod["containers"])
+            beside = (
+                (pod.get("affinity") or {})
+                .get("podAffinity", {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution", [])
+            )
+            partners = [t["labelSelector"]["matchLabels"].get("jobset.sigs.k8s.io/replicatedjob-name") for t in beside]
+            host[where] = asked + sum(host.get(f"replicated job {p}", 0) for p in partners)
+            if host[where] > gpus_per_node:
+                problems.append(
+                    Problem(
+                        "topology.gpus_per_node",
+                        f"{obj['kind']} {obj['metadata']['name']} {where} asks for {host[where]} GPUs on one node, "
+                        f"which has {gpus_per_node}",
+                        "set topology.gpus_per_node to the GPUs your nodes have",
+                    )
+                )
     return problems
 
 

@@ -309,6 +309,17 @@ def test_no_pod_gives_one_process_several_gpus(planned_runs):
                 assert procs == f"--nproc-per-node={container['resources']['limits']['nvidia.com/gpu']}"
 
 
+def test_gpu_requests_must_fit_a_node(planned_runs):
+    _, jobset = objects(planned_runs["server_2x8"])
+    assert kubernetes.gpu_problems([jobset], 8, "nvidia.com/gpu") == []
+    found = kubernetes.gpu_problems([jobset], 7, "nvidia.com/gpu")  # node 1's 8, and node 0's 7 beside the server's 1
+    assert [p.why.split(" asks")[0] for p in found] == [
+        "JobSet grpo-golden replicated job node-0",
+        "JobSet grpo-golden replicated job node-1",
+    ]
+    assert "asks for 8 GPUs on one node, which has 7" in found[0].why
+
+
 def test_derived_job_names_are_short_dns_labels_one_per_run(tmp_path):
     cfg = _cfg("colocate_1x8")
     cfg.experiment = "Qwen2.5_7B gsm8k sweep"
@@ -431,3 +442,14 @@ def test_the_recorded_responses_are_what_the_apis_models_read():
         else:
             kind = body["kind"]
             assert kubernetes_run.read_job(kind, path.read_text())["metadata"]["name"] == "grpo-golden"
+
+
+def test_the_docs_excerpts_are_from_the_golden_manifests():
+    """docs/kubernetes.md quotes the objects: every line it shows is in a golden file."""
+    from tests.test_docs import ROOT, fenced_blocks
+
+    golden = "".join(p.read_text() for p in GOLDEN.glob("*.yaml")).splitlines()
+    shown = [text for lang, text in fenced_blocks(ROOT / "docs" / "kubernetes.md") if lang == "yaml"]
+    assert shown
+    for text in shown:
+        assert all(line in golden for line in text.splitlines()), text
