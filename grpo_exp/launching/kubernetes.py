@@ -96,19 +96,18 @@ def pod_host(name: str, replicated_job: str) -> str:
 
 def finalize(cfg: DictConfig, run_dir: Path | None) -> None:
     """The addresses of a Kubernetes run, set in the config every pod reads: the job's name, the rendezvous on
-    node 0's pod (a TrainJob's at Kubeflow's port), the server on its own pod, listening on the pod's addresses."""
+    node 0's pod (a TrainJob's at the port Kubeflow's runtime fixes), the server on its own pod, listening on the
+    pod's addresses. (`auto` ports are TRL's defaults here: ports.resolve_auto.)"""
     k = cfg.launcher.kubernetes
     k.job_name = name = job_name(cfg, run_dir)
     first_node = TRAINER_NODE if kind(cfg) == "TrainJob" else f"{TRAINER_NODE}-0"
     cfg.topology.master_addr = pod_host(name, first_node)
-    if kind(cfg) == "TrainJob" or str(cfg.topology.master_port) == "auto":
+    if kind(cfg) == "TrainJob":
         cfg.topology.master_port = TRAINER_PORT
     if cfg.vllm.mode == "server":
         cfg.vllm.server_host = pod_host(name, "vllm")
         if cfg.vllm.server_bind is None:
             cfg.vllm.server_bind = "0.0.0.0"  # the pod's own network namespace; the trainers come from other pods
-        if str(cfg.vllm.server_port) == "auto":
-            cfg.vllm.server_port = 8000
 
 
 def run_dir_in_pods(cfg: DictConfig) -> str:
@@ -348,12 +347,13 @@ def _resources(cfg: DictConfig, gpus: int, processes: int, memory_gib: float) ->
     return {"requests": requests, "limits": limits}
 
 
+def _host(memory: dict, node_rank: int) -> dict:
+    """Node `node_rank`'s host RAM plan (host_memory.py; plan.json's `host` has one entry per kind of node)."""
+    return next(entry for entry in memory["host"] if node_rank in entry["nodes"])
+
+
 def _host_gib(memory: dict, node_rank: int) -> float:
-    """The host RAM planned for node `node_rank` (planning/host_memory.py), GiB."""
-    for entry in memory.get("host") or []:
-        if node_rank in entry.get("nodes", [entry["node"]]):
-            return entry["peak_gib"]
-    return host_memory.HOST_RUNTIME_GPU_RANK / GIB
+    return _host(memory, node_rank)["peak_gib"]
 
 
 def server_gib(plan: Plan, memory: dict, node_rank: int) -> float:
@@ -363,8 +363,7 @@ def server_gib(plan: Plan, memory: dict, node_rank: int) -> float:
     if not node.train_procs:
         return _host_gib(memory, node_rank)
     if plan.device == "cpu":
-        entry = next(e for e in memory["host"] if node_rank in e.get("nodes", [e["node"]]))
-        return entry["components_gib"].get("vllm_server", 0.0)
+        return _host(memory, node_rank)["components_gib"].get("vllm_server", 0.0)
     gpus = len(node.vllm_gpus)
     return (host_memory.HOST_RUNTIME_VLLM_SERVER + gpus * host_memory.HOST_RUNTIME_VLLM_WORKER) / GIB
 

@@ -16,6 +16,7 @@ place a cluster is asked; its answers are the API's JSON, read with the field's 
 import json
 import logging
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp.core import outcome, rundir
-from grpo_exp.launching import kubernetes
+from grpo_exp.launching import kubernetes, launch
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,16 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         k.job_name,
         k.namespace,
     )
+    previous = {sig: signal.signal(sig, launch.raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         ended = follow(cfg, run_dir, kind)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a closed terminal: the job goes with the driver
         kubectl("delete", RESOURCE[kind], k.job_name, "-n", k.namespace, "--wait=false")
         log.warning("interrupted: deleted %s %s", kind, k.job_name)
         ended = {"status": "interrupted", "error": None}
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     rundir.write_rank_record(run_dir, 0, {**ended, "time": time.time()})
     return outcome.EXIT_CODES[ended["status"]]
 

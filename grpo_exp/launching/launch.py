@@ -156,7 +156,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     # (SLURM's time-limit warning) end the run like Ctrl-C: the ranks save a checkpoint within
     # preemption.grace_s (under SLURM they got the signal themselves too) and the run is preempted.
     previous = {
-        sig: signal.signal(sig, _raise_interrupt)
+        sig: signal.signal(sig, raise_interrupt)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
     }
     try:
@@ -253,7 +253,8 @@ def _record_oom_kills(run_dir: Path, node: NodePlan, code: int, log_path: Path, 
         log.error("rank %d was killed by the kernel's OOM killer: node %d ran out of host RAM", rank, node.node_rank)
 
 
-def _raise_interrupt(*_):
+def raise_interrupt(*_):
+    """A signal handler: end the run like Ctrl-C (the launchers' `except KeyboardInterrupt` stops what they started)."""
     raise KeyboardInterrupt
 
 

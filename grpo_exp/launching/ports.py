@@ -60,11 +60,13 @@ def check_values(cfg: DictConfig) -> list[Problem]:
 
 def resolve_auto(cfg: DictConfig) -> None:
     """Replace `auto` ports before the config is frozen: free ones on a single node, TRL's
-    defaults where several nodes must agree."""
+    defaults where several nodes must agree, and on Kubernetes (each pod is a host of its own,
+    and this machine's free ports say nothing about it)."""
+    here = cfg.topology.nnodes == 1 and cfg.launcher.name != "kubernetes"
     for key, default in VLLM_PORTS.items():
         if _value(cfg, key) == AUTO:
             group, name = key.split(".")
-            cfg[group][name] = free_port() if cfg.topology.nnodes == 1 else default
+            cfg[group][name] = free_port() if here else default
 
 
 def check_busy(cfg: DictConfig, node_rank: int, server_node: int | None) -> list[Problem]:

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
+from grpo_exp.launching import launch
 from grpo_exp.planning.placement import Plan
 
 log = logging.getLogger(__name__)
@@ -326,7 +327,7 @@ def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted,
     submitit_log = logging.getLogger("submitit")
     quiet = _SacctOnce()
     submitit_log.addFilter(quiet)
-    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, launch.raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     lost: set[int] = set()  # indices of jobs SLURM ended without a result
     try:
         while True:
@@ -364,10 +365,6 @@ def _ending(job_id: str) -> str | None:
     it still runs it: a time-limit warning (SIGUSR2) or a signal alone (`scancel --signal`) leaves it RUNNING."""
     state = job_state(job_id)
     return None if state is None or state.state in ("RUNNING", "SUSPENDED") else state.state
-
-
-def _raise_interrupt(*_):
-    raise KeyboardInterrupt
 
 
 class NodeTask:

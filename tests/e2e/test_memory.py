@@ -11,8 +11,9 @@ import psutil
 import pytest
 
 from grpo_exp.core import outcome, rundir
-from grpo_exp.results import wandb_file
-from tests.helpers import driver_env
+from grpo_exp.planning import calibrate
+from grpo_exp.results import compare, wandb_file
+from tests.helpers import driver_env, planned, report
 
 pytestmark = pytest.mark.e2e
 STATS = ("", "_mean", "_min", "_argmax_rank")
@@ -99,12 +100,10 @@ def test_on_oom_fit_turns_a_predicted_oom_into_a_run_that_completes(cli, tmp_pat
     assert "preflight.on_oom=fit" in result.stderr + result.stdout
 
 
-def test_calibrate_fits_factors_from_cpu_runs_and_the_planner_uses_them(cli, tmp_path):
+def test_calibrate_fits_factors_from_cpu_runs_and_the_planner_uses_them(cli, tmp_path, capsys):
     """Four measured CPU runs across batch size and completion length; the fitted factors bring
     the planner's train-phase error down, and preflight.calibration changes the plan."""
     import json
-    import subprocess
-    import sys
 
     result, sweep_dir = cli(
         "logger=none",
@@ -117,48 +116,19 @@ def test_calibrate_fits_factors_from_cpu_runs_and_the_planner_uses_them(cli, tmp
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = tmp_path / "calibration.json"
-    calibrated = subprocess.run(
-        [sys.executable, "-m", "grpo_exp", "calibrate", str(sweep_dir), "--out", str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert calibrated.returncode == 0, calibrated.stderr
+    assert calibrate.main([str(sweep_dir), "--out", str(out)]) == 0  # the commands in-process: their own code
     data = json.loads(out.read_text())
     assert data["device"] == "cpu" and data["stat"] == "host_rss_max" and len(data["runs"]) == 4
     before = sum(abs(r["error_before_pct"]) for r in data["runs"]) / 4
     after = sum(abs(r["error_after_pct"]) for r in data["runs"]) / 4
     assert after < before / 2 and after < 10, data  # measured: 45-67% before, within 3.2% after
-    table = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpo_exp",
-            "compare",
-            str(sweep_dir),
-            "--calibration",
-            str(out),
-            "--out",
-            str(tmp_path / "cmp"),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert table.returncode == 0 and "calibrated" in table.stdout, table.stderr  # the column: error after the factors
-    plain, plain_dir = cli("action=plan", "trainer.per_device_train_batch_size=64", run_dir=tmp_path / "plain")
-    used, used_dir = cli(
-        "action=plan",
-        "trainer.per_device_train_batch_size=64",
-        f"preflight.calibration={out}",
-        run_dir=tmp_path / "used",
-    )
-    assert plain.returncode == used.returncode == 0, used.stderr
-
-    def peak(d):
-        return json.loads((d / rundir.PLAN).read_text())["train"]["peak_gib"]
-
-    assert peak(used_dir) != pytest.approx(peak(plain_dir), rel=1e-3)
-    bad, _ = cli("action=plan", f"preflight.calibration={tmp_path / 'missing.json'}", run_dir=tmp_path / "bad")
-    assert bad.returncode == 2 and "preflight.calibration" in bad.stderr
+    compare.main([str(sweep_dir), "--calibration", str(out), "--out", str(tmp_path / "cmp")])
+    assert "calibrated" in capsys.readouterr().out  # the column: error after the factors
+    plain = planned("trainer.per_device_train_batch_size=64").memory["train"]["peak_gib"]
+    used = planned("trainer.per_device_train_batch_size=64", f"preflight.calibration={out}").memory
+    assert used["train"]["peak_gib"] != pytest.approx(plain, rel=1e-3)
+    text, _ = report("action=plan", f"preflight.calibration={tmp_path / 'missing.json'}")
+    assert "preflight.calibration" in text
 
 
 def _memory_cgroup(limit_bytes: int) -> Path | None:

@@ -1,6 +1,7 @@
 """launcher=kubernetes: the plan's three layouts as the objects Kubernetes runs (golden manifests), checked by the
 field's models, the Kubernetes schemas and kubectl; every pod's torchrun command equal to the plan's for its node;
-the seed cases refused before anything is written; applying and following a job against recorded API answers."""
+the seed cases refused before anything is written; applying and following a job against the API's
+answers (tests/fixtures/kubernetes/responses/: written from the APIs' types; no cluster runs here to record them)."""
 
 import json
 import os
@@ -346,8 +347,8 @@ def test_action_run_needs_kubectl_an_image_and_a_volume(tmp_path, capsys, monkey
 
 
 class Cluster:
-    """kubectl answered from recorded API responses (tests/fixtures/kubernetes/responses/<name>.json): each `get` of
-    the job returns the next recorded state; every call is kept."""
+    """kubectl answered from the API answers in tests/fixtures/kubernetes/responses/<name>.json: each `get` of the
+    job returns the next state; every call is kept."""
 
     def __init__(self, states: list[str], pods: str | None = None, interrupt_at: int | None = None):
         self.states, self.pods, self.interrupt_at, self.calls = list(states), pods, interrupt_at, []
@@ -434,7 +435,7 @@ def test_kubectls_refusal_fails_the_run_with_its_words(tmp_path, monkeypatch):
     assert ended.code == outcome.EXIT_FAILED and "is forbidden" in ended.summary["error"]
 
 
-def test_the_recorded_responses_are_what_the_apis_models_read():
+def test_the_kept_answers_are_what_the_apis_models_read():
     for path in sorted((GOLDEN / "responses").glob("*.json")):
         body = json.loads(path.read_text())
         if body["kind"] == "PodList":
