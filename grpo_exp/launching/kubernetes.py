@@ -56,8 +56,9 @@ PET_FLAGS = {  # torchrun's flag -> the variable it reads in its place
     "--master-port": "PET_MASTER_PORT",
 }
 
-# Names. A pod's hostname is <job>-<replicated job>-<job index>-<pod index>, a DNS label (63 characters); Kubeflow
-# Trainer 2.4 takes at most 20 characters for a job's name (as issue 37 reports it: not read in its source here).
+# Names. A pod's hostname is <job>-<replicated job>-<job index>-<pod index>, a DNS label (63 characters). A job's
+# name is held to 20 characters, the limit reported for a job in a Kubeflow Trainer 2.4 runtime (not found in its
+# source here; the TrainJob CRD itself allows 63): a name that fits both is never the reason a job does not start.
 NAME_MAX = 20
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # and at most 63 characters

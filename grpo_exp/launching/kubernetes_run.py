@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 
 RESOURCE = {"TrainJob": "trainjobs.trainer.kubeflow.org", "JobSet": "jobsets.jobset.x-k8s.io"}
 DONE = {"TrainJob": "Complete", "JobSet": "Completed"}  # each API's name for its success condition
+UNANSWERED_POLLS = 3  # kubectl get failing this many polls in a row ends the run as failed (the job may go on)
 
 
 class KubectlFailed(outcome.LaunchFailed):
@@ -38,9 +39,12 @@ class KubectlFailed(outcome.LaunchFailed):
 
 def kubectl(*args: str, stdin: str | None = None) -> str:
     """Run kubectl with `args`; its stdout, or KubectlFailed with its message."""
-    found = subprocess.run(
-        [shutil.which("kubectl") or "kubectl", *args], input=stdin, capture_output=True, text=True, timeout=120
-    )
+    try:
+        found = subprocess.run(
+            [shutil.which("kubectl") or "kubectl", *args], input=stdin, capture_output=True, text=True, timeout=120
+        )
+    except subprocess.TimeoutExpired:
+        raise KubectlFailed(f"kubectl {' '.join(args[:2])}: no answer from the cluster in 120 s") from None
     if found.returncode != 0:
         raise KubectlFailed(f"kubectl {' '.join(args[:2])}: {found.stderr.strip() or f'exit {found.returncode}'}")
     return found.stdout
@@ -77,10 +81,18 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
 def follow(cfg: DictConfig, run_dir: Path, kind: str) -> dict:
     """Poll the job every launcher.kubernetes.poll_s until it completes or fails; how it ended, as a rank record."""
     k = cfg.launcher.kubernetes
-    last = None
+    last, unanswered = None, 0
     while True:
-        job = read_job(kind, kubectl("get", RESOURCE[kind], k.job_name, "-n", k.namespace, "-o", "json"))
-        state = job_state(kind, job)
+        try:
+            answer = kubectl("get", RESOURCE[kind], k.job_name, "-n", k.namespace, "-o", "json")
+        except KubectlFailed:  # an API server that restarts, a network blip: the job goes on without us
+            unanswered += 1
+            if unanswered > UNANSWERED_POLLS:
+                raise
+            time.sleep(k.poll_s)
+            continue
+        unanswered = 0
+        state = job_state(kind, read_job(kind, answer))
         if state != last:
             rundir.write_summary(run_dir, kubernetes={"kind": kind, "name": k.job_name, **state})
             log.info(

@@ -418,6 +418,19 @@ def test_ctrl_c_deletes_the_job(tmp_path, monkeypatch):
     assert cluster.calls[-1] == ("delete", "jobsets.jobset.x-k8s.io", "grpo-golden", "-n", "default", "--wait=false")
 
 
+def test_a_cluster_that_stops_answering_for_a_poll_or_two_is_waited_for(tmp_path, monkeypatch):
+    cluster = Cluster(["jobset_running", "jobset_completed"])
+    answers = iter([cluster, *[None] * 3, cluster])  # a poll answered, three not (UNANSWERED_POLLS), then answered
+
+    def flaky(*args, stdin=None):
+        if args[0] == "get" and next(answers) is None:
+            raise kubernetes_run.KubectlFailed("kubectl get: the server is currently unable to handle the request")
+        return cluster(*args)
+
+    ended = _apply_and_follow(tmp_path, monkeypatch, flaky)
+    assert ended.code == 0 and ended.summary["status"] == "completed"
+
+
 def test_kubectls_refusal_fails_the_run_with_its_words(tmp_path, monkeypatch):
     def refuse(*args, stdin=None):
         raise kubernetes_run.KubectlFailed('kubectl apply: error: namespaces "default" is forbidden')
