@@ -467,3 +467,15 @@ def test_the_docs_excerpts_are_from_the_golden_manifests():
     assert shown
     for text in shown:
         assert all(line in golden for line in text.splitlines()), text
+
+
+@pytest.mark.slow  # the real CLI: a Hydra multirun
+def test_each_trial_of_a_sweep_is_its_own_job(cli):
+    result, sweep_dir = cli(
+        "launcher=kubernetes", *LAYOUTS["server_2x8"], "action=plan", "trainer.num_generations=4,6", multirun=True
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = [objects(sweep_dir / trial)[1]["metadata"]["name"] for trial in "01"]
+    assert names[0] != names[1] and all(n.startswith("grpo-default-") for n in names)
+    configs = [objects(sweep_dir / trial)[0]["data"]["config.yaml"] for trial in "01"]
+    assert [yaml.safe_load(c)["trainer"]["num_generations"] for c in configs] == [4, 6]
