@@ -84,9 +84,9 @@ def run(job: Job) -> Ended:
         memory["notes"] += preflight.unchecked_data(cfg)
     manifests = None
     if cfg.launcher.name == "kubernetes":  # built and checked before anything is written
-        from grpo_exp.launching import kubernetes
+        from grpo_exp.launching import kubernetes, kubernetes_checks
 
-        manifests, problems = kubernetes.build(cfg, plan, memory)
+        manifests, problems = kubernetes_checks.built(cfg, plan, memory)
         if problems:
             return _refuse(run_dir, problems, job.sweeping)
         memory["notes"] += kubernetes.notes(cfg)
@@ -144,11 +144,11 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan | N
     problems += plan_checks.check(cfg, plan)
     batch_known = "data.num_samples" not in bad
     if cfg.launcher.name == "kubernetes":  # nothing runs here: the cluster's pods are checked by their manifests
-        from grpo_exp.launching import kubernetes
+        from grpo_exp.launching import kubernetes_checks
 
-        problems += kubernetes.check(cfg, plan) + preflight.check_data(cfg, plan, batch_known=batch_known)
+        problems += kubernetes_checks.check(cfg, plan) + preflight.check_data(cfg, plan, batch_known=batch_known)
         if cfg.action == "run":
-            problems += kubernetes.check_cluster(cfg)
+            problems += kubernetes_checks.check_cluster(cfg)
     elif cfg.action == "run":
         problems += preflight.check(cfg, plan, gpus, batch_known=batch_known)
     else:

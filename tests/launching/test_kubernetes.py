@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from grpo_exp.core import outcome, rundir
-from grpo_exp.launching import kubernetes, kubernetes_run
+from grpo_exp.launching import kubernetes, kubernetes_checks, kubernetes_run
 from tests.helpers import FIXTURES, run_job
 
 GOLDEN = FIXTURES / "kubernetes"
@@ -192,9 +192,9 @@ def test_every_manifest_passes_the_kubernetes_schemas_and_kubectl(planned_runs):
     cfg = _cfg("server_2x8")
     for run_dir in planned_runs.values():
         found = objects(run_dir)
-        assert kubernetes.validate(found, cfg) == []
-        inside = [job for obj in found for _, job in kubernetes._jobs_inside(obj)]
-        assert inside and all(kubernetes._schema_error(job) is None for job in inside)
+        assert kubernetes_checks.validate(found, cfg) == []
+        inside = [job for obj in found for _, job in kubernetes_checks._jobs_inside(obj)]
+        assert inside and all(kubernetes_checks._schema_error(job) is None for job in inside)
 
 
 def _cfg(case: str):
@@ -221,17 +221,17 @@ def test_the_schemas_refuse_what_a_cluster_would():
             }
         },
     }
-    assert "resources.limits.cpu" in kubernetes._schema_error(job)
+    assert "resources.limits.cpu" in kubernetes_checks._schema_error(job)
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed on this machine")
 def test_kubectl_reads_the_manifests_and_refuses_a_broken_one(planned_runs):
     found = objects(planned_runs["server_2x8"])
-    assert kubernetes.kubectl_dry_run(found, "default") is None
+    assert kubernetes_checks.kubectl_dry_run(found, "default") is None
     broken = [{**found[0], "metadata": {**found[0]["metadata"], "name": True}}]  # a name of the wrong type
-    assert "metadata.name" in kubernetes.kubectl_dry_run(broken, "default")
+    assert "metadata.name" in kubernetes_checks.kubectl_dry_run(broken, "default")
     unknown = [{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}]
-    assert "unable to recognize" in kubernetes.kubectl_dry_run(unknown, "default")  # a kind no cluster here serves
+    assert "unable to recognize" in kubernetes_checks.kubectl_dry_run(unknown, "default")  # a kind no cluster serves
 
 
 def test_launcher_keys_reach_every_pod(tmp_path):
@@ -312,8 +312,8 @@ def test_no_pod_gives_one_process_several_gpus(planned_runs):
 
 def test_gpu_requests_must_fit_a_node(planned_runs):
     _, jobset = objects(planned_runs["server_2x8"])
-    assert kubernetes.gpu_problems([jobset], 8, "nvidia.com/gpu") == []
-    found = kubernetes.gpu_problems([jobset], 7, "nvidia.com/gpu")  # node 1's 8, and node 0's 7 beside the server's 1
+    assert kubernetes_checks.gpu_problems([jobset], 8, "nvidia.com/gpu") == []
+    found = kubernetes_checks.gpu_problems([jobset], 7, "nvidia.com/gpu")  # node 1: 8; node 0: 7 beside the 1
     assert [p.why.split(" asks")[0] for p in found] == [
         "JobSet grpo-golden replicated job node-0",
         "JobSet grpo-golden replicated job node-1",
@@ -327,11 +327,11 @@ def test_derived_job_names_are_short_dns_labels_one_per_run(tmp_path):
     cfg.launcher.kubernetes.job_name = None
     names = {kubernetes.job_name(cfg, tmp_path / f"trial{i}") for i in range(20)}
     assert len(names) == 20  # a sweep's trials: separate jobs
-    assert all(kubernetes.DNS_LABEL.match(n) and len(n) <= kubernetes.NAME_MAX for n in names), names
+    assert all(kubernetes_checks.DNS_LABEL.match(n) and len(n) <= kubernetes.NAME_MAX for n in names), names
 
 
 def test_action_run_needs_kubectl_an_image_and_a_volume(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(kubernetes.shutil, "which", lambda name: None)
+    monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: None)
     ended = run_job("launcher=kubernetes", NAME, *LAYOUTS["colocate_1x8"], run_dir=tmp_path / "run")
     err = capsys.readouterr().err
     assert ended.code == outcome.EXIT_INVALID
@@ -370,7 +370,7 @@ def _response(name: str) -> str:
 
 def _apply_and_follow(tmp_path, monkeypatch, cluster: Cluster, case: str = "server_2x8"):
     monkeypatch.setattr(kubernetes_run, "kubectl", cluster)
-    monkeypatch.setattr(kubernetes.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(kubernetes_run.time, "sleep", lambda s: None)
     return run_job(
         "launcher=kubernetes",
@@ -435,7 +435,7 @@ def test_kubectls_refusal_fails_the_run_with_its_words(tmp_path, monkeypatch):
     def refuse(*args, stdin=None):
         raise kubernetes_run.KubectlFailed('kubectl apply: error: namespaces "default" is forbidden')
 
-    monkeypatch.setattr(kubernetes.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(kubernetes_run, "kubectl", refuse)
     ended = run_job(
         "launcher=kubernetes",
