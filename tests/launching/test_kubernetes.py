@@ -6,6 +6,8 @@ answers (tests/fixtures/kubernetes/responses/: written from the APIs' types; no 
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -479,3 +481,47 @@ def test_each_trial_of_a_sweep_is_its_own_job(cli):
     assert names[0] != names[1] and all(n.startswith("grpo-default-") for n in names)
     configs = [objects(sweep_dir / trial)[0]["data"]["config.yaml"] for trial in "01"]
     assert [yaml.safe_load(c)["trainer"]["num_generations"] for c in configs] == [4, 6]
+
+
+@pytest.mark.e2e  # two real training processes, started as Kubeflow's torch runtime starts the TrainJob's pods
+def test_a_trainjobs_pods_train_as_written(tmp_path, model_cache):
+    """The TrainJob of a two-node CPU run, its pods rehearsed on this machine: each runs the manifest's command with
+    the trainer env it names and the PET_* Kubeflow gives node <i> (the rendezvous on loopback instead of node 0's
+    pod), and reads config.yaml from the ConfigMap at its mount path on a folder standing in for the volume."""
+    from grpo_exp.launching.ports import free_port
+    from tests.helpers import driver_env
+
+    ended = run_job(
+        "launcher=kubernetes",
+        NAME,
+        "topology=cpu2x1",
+        "trainer.max_steps=1",
+        "logger=none",
+        "action=plan",
+        run_dir=tmp_path / "plan",
+    )
+    assert ended.code == 0
+    config_map, trainjob = objects(tmp_path / "plan")
+    volume = tmp_path / "volume"
+    (volume / "grpo-golden").mkdir(parents=True)
+    (volume / "grpo-golden" / rundir.CONFIG).write_text(config_map["data"][rundir.CONFIG])
+    trainer = trainjob["spec"]["trainer"]
+    argv = [sys.executable, *[a.replace("/runs/", f"{volume}/") for a in trainer["command"][1:]]]
+    env = {**driver_env(model_cache), **{e["name"]: e["value"] for e in trainer["env"]}}
+    loopback = {"PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(free_port())}
+    pods = [
+        subprocess.Popen(
+            argv,
+            env={**env, **runtime_env(trainjob, i), **loopback},
+            cwd=tmp_path,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for i in range(trainer["numNodes"])
+    ]
+    outputs = [pod.communicate(timeout=600)[0] for pod in pods]
+    assert [pod.returncode for pod in pods] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    record = json.loads((volume / "grpo-golden" / rundir.RANKS / "rank0.json").read_text())
+    assert record["status"] == "completed" and record["global_step"] == 1
+    assert record["runtime"]["world_size"] == 2 and record["runtime"]["backend"] == "gloo"
