@@ -43,6 +43,16 @@ def check(cfg: DictConfig, plan: Plan) -> list[Problem]:
                 "pip install 'grpo_exp[kubernetes]'",
             )
         )
+    if cfg.resume:
+        problems.append(
+            Problem(
+                "resume",
+                "continues a run in its run dir here, but a Kubernetes run's dir and checkpoints are on "
+                "launcher.kubernetes.volume: its job resumes itself from its last checkpoint when it restarts "
+                "(launcher.kubernetes.max_restarts; Kueue's preemptions too)",
+                "start a new run, or resume with launcher=local or launcher=slurm where the run dir is",
+            )
+        )
     if kind(cfg) == "TrainJob" and cfg.vllm.mode == "server":
         procs = sorted({n.train_procs for n in plan.nodes})
         problems.append(

@@ -297,6 +297,12 @@ def test_refused_before_any_manifest_is_written(overrides, says, tmp_path, capsy
     assert not run_dir.exists()  # nothing written: no config, no plan, no manifests
 
 
+def test_resume_is_the_jobs_own_on_kubernetes(planned_runs, tmp_path, capsys):
+    ended = run_job(f"resume={planned_runs['colocate_1x8']}", run_dir=tmp_path / "fresh")
+    assert ended.code == outcome.EXIT_INVALID
+    assert "resume: continues a run in its run dir here, but a Kubernetes run's dir" in capsys.readouterr().err
+
+
 def test_no_pod_gives_one_process_several_gpus(planned_runs):
     """nn.DataParallel starts where one process sees several GPUs: every training pod runs a process per GPU."""
     for run_dir in planned_runs.values():
