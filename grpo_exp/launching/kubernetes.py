@@ -244,6 +244,7 @@ def _trainjob(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
     }
     pod_patch = {
         **_pod_spec_extras(cfg),
+        "terminationGracePeriodSeconds": grace_s(cfg),
         "volumes": volumes,
         "containers": [{"name": TRAINER_NODE, "volumeMounts": mounts}],
     }
@@ -358,7 +359,15 @@ def _training_pod(cfg: DictConfig, plan: Plan, memory: dict, node) -> dict:
     )
     container["ports"] = [{"containerPort": int(cfg.topology.master_port), "name": "rendezvous"}]
     volumes, _ = _volumes(cfg)
-    return {**_pod_spec_extras(cfg), "volumes": volumes, "containers": [container]}
+    extras = {**_pod_spec_extras(cfg), "terminationGracePeriodSeconds": grace_s(cfg)}
+    return {**extras, "volumes": volumes, "containers": [container]}
+
+
+def grace_s(cfg: DictConfig) -> int:
+    """How long an evicted or deleted training pod has between SIGTERM and SIGKILL: the ranks save a checkpoint at
+    the step boundary within preemption.grace_s (torchrun gives them at least 30 s), then exit; Kubernetes' default
+    30 s would cut the save short."""
+    return math.ceil(max(cfg.preemption.grace_s, 30)) + 30
 
 
 def _server_pod(cfg: DictConfig, plan: Plan, memory: dict, node_rank: int) -> dict:

@@ -303,6 +303,15 @@ def test_resume_is_the_jobs_own_on_kubernetes(planned_runs, tmp_path, capsys):
     assert "resume: continues a run in its run dir here, but a Kubernetes run's dir" in capsys.readouterr().err
 
 
+def test_training_pods_have_the_time_to_save_a_checkpoint_when_evicted(planned_runs):
+    """SIGTERM, then SIGKILL after terminationGracePeriodSeconds: longer than preemption.grace_s (60 s)."""
+    trainjob = objects(planned_runs["colocate_1x8"])[1]
+    patch = trainjob["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]
+    assert patch["template"]["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 90
+    spec = pods(objects(planned_runs["server_2x8"])[1])
+    assert spec["node-0"]["terminationGracePeriodSeconds"] == spec["node-1"]["terminationGracePeriodSeconds"] == 90
+
+
 def test_no_pod_gives_one_process_several_gpus(planned_runs):
     """nn.DataParallel starts where one process sees several GPUs: every training pod runs a process per GPU."""
     for run_dir in planned_runs.values():
