@@ -254,7 +254,7 @@ class KubernetesConfig:
     """launcher=kubernetes (launching/kubernetes.py): the objects the plan becomes, and where they run."""
 
     kind: str = "auto"  # auto: TrainJob without a vLLM server, JobSet with one | trainjob | jobset
-    job_name: Optional[str] = None  # null: grpo-<experiment>-<4 hex of the run dir>
+    job_name: Optional[str] = None  # null: grpo-<experiment>-<6 hex of the run dir>
     namespace: str = "default"
     image: Optional[str] = None  # an image with grpo_exp and the stack installed
     image_pull_policy: str = "IfNotPresent"

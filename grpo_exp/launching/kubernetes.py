@@ -73,12 +73,13 @@ def kind(cfg: DictConfig) -> str:
 
 
 def job_name(cfg: DictConfig, run_dir: Path | None) -> str:
-    """launcher.kubernetes.job_name, else grpo-<experiment>-<4 hex of the run dir>: each run (each trial of a
-    sweep) its own job, within NAME_MAX."""
+    """launcher.kubernetes.job_name, else grpo-<experiment>-<6 hex of the run dir>: each run (each trial of a
+    sweep) its own job, within NAME_MAX (two runs of the same name: 1 in 16 million; action=run refuses a name the
+    namespace holds already)."""
     given = cfg.launcher.kubernetes.job_name
     if given is not None:
         return str(given)
-    tag = hashlib.sha1(str(run_dir or cfg.experiment).encode()).hexdigest()[:4]
+    tag = hashlib.sha1(str(run_dir or cfg.experiment).encode()).hexdigest()[:6]
     stem = re.sub(r"[^a-z0-9]+", "-", str(cfg.experiment).lower()).strip("-")[: NAME_MAX - len("grpo--") - len(tag)]
     return f"grpo-{stem.rstrip('-')}-{tag}" if stem else f"grpo-{tag}"
 

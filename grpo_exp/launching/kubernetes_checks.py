@@ -23,7 +23,8 @@ from grpo_exp.planning.placement import Plan
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # and at most 63 characters
 LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-CONFIGMAP_MAX_BYTES = 1 << 20  # etcd's limit on one object
+CONFIGMAP_MAX_BYTES = 1 << 20  # a ConfigMap's data, at most (the API server refuses more)
+OBJECT_MAX_BYTES = 3 << 19  # 1.5 MiB: etcd's default limit on one request, so on one object (--max-request-bytes)
 
 
 def check(cfg: DictConfig, plan: Plan) -> list[Problem]:
@@ -130,17 +131,19 @@ def _label_problems(cfg: DictConfig) -> list[Problem]:
 
 
 def check_cluster(cfg: DictConfig) -> list[Problem]:
-    """action=run: what applying needs here: kubectl, an image, a volume the run dir survives on."""
+    """action=run: what applying needs: kubectl and a cluster that answers it, a job name the namespace does not
+    hold yet (applying would change that job), an image, a volume the run dir survives on."""
     k = cfg.launcher.kubernetes
-    problems = []
     if shutil.which("kubectl") is None:
-        problems.append(
+        problems = [
             Problem(
                 "launcher.name",
                 "kubernetes applies its objects with kubectl, which is not on PATH here",
                 "install kubectl with a kubeconfig for your cluster, or action=plan to write the manifests only",
             )
-        )
+        ]
+    else:
+        problems = _name_taken(cfg)
     if k.image is None:
         problems.append(
             Problem(
@@ -158,6 +161,32 @@ def check_cluster(cfg: DictConfig) -> list[Problem]:
             )
         )
     return problems
+
+
+def _name_taken(cfg: DictConfig) -> list[Problem]:
+    """The cluster asked (kubectl get) whether the namespace holds a job of this name; a cluster that does not
+    answer is a problem too."""
+    from grpo_exp.launching import kubernetes_run
+
+    k = cfg.launcher.kubernetes
+    resource = kubernetes_run.RESOURCE[kind(cfg)]
+    try:
+        held = kubernetes_run.kubectl(
+            "get", resource, k.job_name, "-n", k.namespace, "--ignore-not-found", "-o", "name"
+        )
+    except kubernetes_run.KubectlFailed as exc:
+        return [
+            Problem("launcher.kubernetes.namespace", f"the cluster does not answer: {exc}", "check your kubeconfig")
+        ]
+    if not held.strip():
+        return []
+    return [
+        Problem(
+            "launcher.kubernetes.job_name",
+            f"{held.strip()} exists in namespace {k.namespace} already; applying would change that job",
+            f"another job_name, or: kubectl delete {resource} {k.job_name} -n {k.namespace}",
+        )
+    ]
 
 
 # The kinds kubectl maps without asking a cluster: discovery answers as a cluster with JobSet and Kubeflow
@@ -191,11 +220,28 @@ def validate(objects: list[dict], cfg: DictConfig) -> list[Problem]:
                 problems.append(_problem(f"{obj['kind']} {obj['metadata']['name']} {where}: {error}"))
         if obj["kind"] == "ConfigMap" and len(obj["data"][rundir.CONFIG].encode()) > CONFIGMAP_MAX_BYTES:
             problems.append(_problem(f"config.yaml is over {CONFIGMAP_MAX_BYTES} bytes, a ConfigMap's limit"))
+        problems += size_problems(obj)
     problems += gpu_problems(objects, cfg.topology.gpus_per_node or 0, cfg.launcher.kubernetes.gpu_resource)
     error = kubectl_dry_run(objects, cfg.launcher.kubernetes.namespace)
     if error:
         problems.append(_problem(f"kubectl create --dry-run=client: {error}"))
     return problems
+
+
+def size_problems(obj: dict) -> list[Problem]:
+    """An object etcd would refuse for its size: a JobSet holds a replicated job per training node (~1.7 KB each),
+    so about 900 nodes reach etcd's default 1.5 MiB."""
+    size = len(json.dumps(obj).encode())
+    if size <= OBJECT_MAX_BYTES:
+        return []
+    return [
+        Problem(
+            "topology.nnodes",
+            f"makes {obj['kind']} {obj['metadata']['name']} {size} bytes; etcd stores at most {OBJECT_MAX_BYTES} "
+            "per object by default",
+            "fewer nodes per job, or a cluster whose etcd takes larger objects (--max-request-bytes)",
+        )
+    ]
 
 
 def gpu_problems(objects: list[dict], gpus_per_node: int, resource: str) -> list[Problem]:

@@ -338,6 +338,14 @@ def test_gpu_requests_must_fit_a_node(planned_runs):
     assert "asks for 8 GPUs on one node, which has 7" in found[0].why
 
 
+def test_an_object_too_large_for_etcd_is_refused(planned_runs):
+    _, jobset = objects(planned_runs["server_2x8"])
+    assert kubernetes_checks.size_problems(jobset) == []
+    many = {**jobset, "spec": {**jobset["spec"], "replicatedJobs": jobset["spec"]["replicatedJobs"] * 400}}
+    (found,) = kubernetes_checks.size_problems(many)  # ~1200 replicated jobs: a 1200-node run
+    assert found.key == "topology.nnodes" and "etcd stores at most 1572864" in found.why
+
+
 def test_derived_job_names_are_short_dns_labels_one_per_run(tmp_path):
     cfg = _cfg("colocate_1x8")
     cfg.experiment = "Qwen2.5_7B gsm8k sweep"
@@ -367,11 +375,14 @@ class Cluster:
     """kubectl answered from the API answers in tests/fixtures/kubernetes/responses/<name>.json: each `get` of the
     job returns the next state; every call is kept."""
 
-    def __init__(self, states: list[str], pods: str | None = None, interrupt_at: int | None = None):
+    def __init__(self, states: list[str], pods: str | None = None, interrupt_at: int | None = None, holds: str = ""):
         self.states, self.pods, self.interrupt_at, self.calls = list(states), pods, interrupt_at, []
+        self.holds = holds
 
     def __call__(self, *args: str, stdin: str | None = None) -> str:
         self.calls.append(args)
+        if "--ignore-not-found" in args:  # action=run's preflight: is the job's name free?
+            return self.holds
         if args[:2] == ("get", "pods"):
             return _response(self.pods)
         if args[0] == "get":
@@ -403,7 +414,7 @@ def test_a_jobset_that_is_preempted_restarted_and_completes(tmp_path, monkeypatc
     cluster = Cluster(["jobset_running", "jobset_suspended", "jobset_restarted", "jobset_completed"])
     ended = _apply_and_follow(tmp_path, monkeypatch, cluster)
     assert ended.code == 0 and ended.summary["status"] == "completed"
-    assert cluster.calls[0] == ("apply", "-n", "default", "-f", str(tmp_path / "run" / kubernetes.MANIFESTS))
+    assert cluster.calls[1] == ("apply", "-n", "default", "-f", str(tmp_path / "run" / kubernetes.MANIFESTS))
     assert ended.summary["kubernetes"] == {
         "kind": "JobSet",
         "name": "grpo-golden",
@@ -412,6 +423,14 @@ def test_a_jobset_that_is_preempted_restarted_and_completes(tmp_path, monkeypatc
         "message": "jobset completed successfully",
         "restarts": 1,
     }
+
+
+def test_a_job_name_the_namespace_holds_is_refused_before_anything_is_applied(tmp_path, monkeypatch, capsys):
+    cluster = Cluster(["jobset_running"], holds="jobset.jobset.x-k8s.io/grpo-golden\n")
+    ended = _apply_and_follow(tmp_path, monkeypatch, cluster)
+    assert ended.code == outcome.EXIT_INVALID and not (tmp_path / "run").exists()
+    assert "jobset.jobset.x-k8s.io/grpo-golden exists in namespace default already" in capsys.readouterr().err
+    assert [c[0] for c in cluster.calls] == ["get"]  # asked, nothing applied
 
 
 def test_a_pod_the_kernel_killed_for_memory_is_a_host_oom(tmp_path, monkeypatch):
@@ -440,7 +459,7 @@ def test_a_cluster_that_stops_answering_for_a_poll_or_two_is_waited_for(tmp_path
     answers = iter([cluster, *[None] * 3, cluster])  # a poll answered, three not (UNANSWERED_POLLS), then answered
 
     def flaky(*args, stdin=None):
-        if args[0] == "get" and next(answers) is None:
+        if args[0] == "get" and "--ignore-not-found" not in args and next(answers) is None:
             raise kubernetes_run.KubectlFailed("kubectl get: the server is currently unable to handle the request")
         return cluster(*args)
 
@@ -448,9 +467,29 @@ def test_a_cluster_that_stops_answering_for_a_poll_or_two_is_waited_for(tmp_path
     assert ended.code == 0 and ended.summary["status"] == "completed"
 
 
+def test_a_cluster_that_does_not_answer_is_refused_before_anything_is_applied(tmp_path, monkeypatch, capsys):
+    def unreachable(*args, stdin=None):
+        raise kubernetes_run.KubectlFailed("kubectl get: The connection to the server localhost:8080 was refused")
+
+    monkeypatch.setattr(kubernetes_run, "kubectl", unreachable)
+    monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: f"/usr/bin/{name}")
+    ended = run_job(
+        "launcher=kubernetes",
+        NAME,
+        *LAYOUTS["colocate_1x8"],
+        "launcher.kubernetes.image=i",
+        "launcher.kubernetes.volume=v",
+        run_dir=tmp_path / "run",
+    )
+    assert ended.code == outcome.EXIT_INVALID
+    assert "launcher.kubernetes.namespace: the cluster does not answer" in capsys.readouterr().err
+
+
 def test_kubectls_refusal_fails_the_run_with_its_words(tmp_path, monkeypatch):
     def refuse(*args, stdin=None):
-        raise kubernetes_run.KubectlFailed('kubectl apply: error: namespaces "default" is forbidden')
+        if args[0] == "apply":
+            raise kubernetes_run.KubectlFailed('kubectl apply: error: namespaces "default" is forbidden')
+        return ""  # the job's name is free
 
     monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(kubernetes_run, "kubectl", refuse)
