@@ -396,7 +396,8 @@ def _response(name: str) -> str:
     return (GOLDEN / "responses" / f"{name}.json").read_text()
 
 
-def _apply_and_follow(tmp_path, monkeypatch, cluster: Cluster, case: str = "server_2x8"):
+def _apply_and_follow(tmp_path, monkeypatch, cluster, case: str = "server_2x8"):
+    """`grpo-exp launcher=kubernetes <case>` (action=run) with kubectl answered by `cluster`."""
     monkeypatch.setattr(kubernetes_run, "kubectl", cluster)
     monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(kubernetes_run.time, "sleep", lambda s: None)
@@ -471,16 +472,7 @@ def test_a_cluster_that_does_not_answer_is_refused_before_anything_is_applied(tm
     def unreachable(*args, stdin=None):
         raise kubernetes_run.KubectlFailed("kubectl get: The connection to the server localhost:8080 was refused")
 
-    monkeypatch.setattr(kubernetes_run, "kubectl", unreachable)
-    monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: f"/usr/bin/{name}")
-    ended = run_job(
-        "launcher=kubernetes",
-        NAME,
-        *LAYOUTS["colocate_1x8"],
-        "launcher.kubernetes.image=i",
-        "launcher.kubernetes.volume=v",
-        run_dir=tmp_path / "run",
-    )
+    ended = _apply_and_follow(tmp_path, monkeypatch, unreachable, case="colocate_1x8")
     assert ended.code == outcome.EXIT_INVALID
     assert "launcher.kubernetes.namespace: the cluster does not answer" in capsys.readouterr().err
 
@@ -491,16 +483,7 @@ def test_kubectls_refusal_fails_the_run_with_its_words(tmp_path, monkeypatch):
             raise kubernetes_run.KubectlFailed('kubectl apply: error: namespaces "default" is forbidden')
         return ""  # the job's name is free
 
-    monkeypatch.setattr(kubernetes_checks.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(kubernetes_run, "kubectl", refuse)
-    ended = run_job(
-        "launcher=kubernetes",
-        NAME,
-        *LAYOUTS["colocate_1x8"],
-        "launcher.kubernetes.image=i",
-        "launcher.kubernetes.volume=v",
-        run_dir=tmp_path / "run",
-    )
+    ended = _apply_and_follow(tmp_path, monkeypatch, refuse, case="colocate_1x8")
     assert ended.code == outcome.EXIT_FAILED and "is forbidden" in ended.summary["error"]
 
 
