@@ -185,11 +185,10 @@ def _pod_spec_extras(cfg: DictConfig) -> dict:
 def pod_argv(cfg: DictConfig, argv: list[str], drop: tuple[str, ...] = ()) -> list[str]:
     """A plan command as a pod runs it: the image's `python`, config.yaml where the pods mount it, and without the
     torchrun flags in `drop` (a TrainJob's runtime gives them as PET_* variables)."""
-    local_config = argv[-1] if argv[-1].endswith(rundir.CONFIG) else None
     out = ["python", *argv[1:]]
-    if local_config is not None:
+    if out[-1].endswith(rundir.CONFIG):
         out[-1] = f"{run_dir_in_pods(cfg)}/{rundir.CONFIG}"
-    return [a for a in out if a.split("=", 1)[0] not in drop and a != "--standalone"] if drop else out
+    return [a for a in out if a.split("=", 1)[0] not in drop]
 
 
 def _env(variables: dict[str, str], leave_out: tuple[str, ...]) -> list[dict]:
@@ -232,23 +231,19 @@ def _trainjob(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
 
     k = cfg.launcher.kubernetes
     node = plan.nodes[0]
-    volumes, mounts = _volumes(cfg)
+    _, mounts = _volumes(cfg)
     memory_gib = max(_host_gib(memory, n.node_rank) for n in plan.nodes)
     gpus = len(node.train_gpus)
     trainer = {
         "image": k.image or "<launcher.kubernetes.image>",
-        "command": pod_argv(cfg, trainjob_command(node.commands["train"]), drop=tuple(PET_FLAGS)),
+        # --standalone is a one-node rendezvous of torchrun's own: the runtime's PET_* name node 0's pod instead
+        "command": pod_argv(cfg, trainjob_command(node.commands["train"]), drop=(*PET_FLAGS, "--standalone")),
         "env": _env(node.env["train"], GPU_VISIBILITY + RENDEZVOUS_ENV),
         "numNodes": len(plan.nodes),
         "numProcPerNode": node.train_procs,
         "resourcesPerNode": _resources(cfg, gpus, node.train_procs, memory_gib),
     }
-    pod_patch = {
-        **_pod_spec_extras(cfg),
-        "terminationGracePeriodSeconds": grace_s(cfg),
-        "volumes": volumes,
-        "containers": [{"name": TRAINER_NODE, "volumeMounts": mounts}],
-    }
+    pod_patch = _pod(cfg, {"name": TRAINER_NODE, "volumeMounts": mounts}, trains=True)
     patch = {
         "manager": "grpo-exp",
         "trainingRuntimeSpec": {
@@ -288,7 +283,7 @@ def _jobset(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
     server_node = plan.vllm["server_node"]
     jobs = []
     if server_node is not None:
-        jobs.append(_replicated_job(cfg, "vllm", _server_pod(cfg, plan, memory, server_node)))
+        jobs.append(_replicated_job("vllm", _server_pod(cfg, plan, memory, server_node)))
     training = [n for n in plan.nodes if n.train_procs]
     for node in training:
         pod = _training_pod(cfg, plan, memory, node)
@@ -296,7 +291,7 @@ def _jobset(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
             pod["affinity"] = {
                 "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [_beside("vllm", name)]}
             }
-        job = _replicated_job(cfg, f"{TRAINER_NODE}-{node.node_rank}", pod)
+        job = _replicated_job(f"{TRAINER_NODE}-{node.node_rank}", pod)
         if server_node is not None:
             job["dependsOn"] = [{"name": "vllm", "status": "Ready"}]
         jobs.append(job)
@@ -323,7 +318,7 @@ def _beside(replicated_job: str, jobset: str) -> dict:
     return {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
 
 
-def _replicated_job(cfg: DictConfig, name: str, pod: dict) -> dict:
+def _replicated_job(name: str, pod: dict) -> dict:
     job_spec = {
         "parallelism": 1,
         "completions": 1,
@@ -359,9 +354,15 @@ def _training_pod(cfg: DictConfig, plan: Plan, memory: dict, node) -> dict:
         _resources(cfg, len(node.train_gpus), node.train_procs, host),
     )
     container["ports"] = [{"containerPort": int(cfg.topology.master_port), "name": "rendezvous"}]
+    return _pod(cfg, container, trains=True)
+
+
+def _pod(cfg: DictConfig, container: dict, trains: bool) -> dict:
+    """A pod spec around `container`: the volumes, the launcher.kubernetes scheduling keys, and for a training pod
+    the time to save a checkpoint when it is stopped."""
     volumes, _ = _volumes(cfg)
-    extras = {**_pod_spec_extras(cfg), "terminationGracePeriodSeconds": grace_s(cfg)}
-    return {**extras, "volumes": volumes, "containers": [container]}
+    grace = {"terminationGracePeriodSeconds": grace_s(cfg)} if trains else {}
+    return {**_pod_spec_extras(cfg), **grace, "volumes": volumes, "containers": [container]}
 
 
 def grace_s(cfg: DictConfig) -> int:
@@ -387,8 +388,7 @@ def _server_pod(cfg: DictConfig, plan: Plan, memory: dict, node_rank: int) -> di
     container["readinessProbe"] = health  # the training nodes start once it answers (dependsOn Ready)
     # loading the model and capturing CUDA graphs takes minutes: probed for vllm.server_timeout before it counts
     container["startupProbe"] = {**health, "failureThreshold": max(1, math.ceil(cfg.vllm.server_timeout / 10))}
-    volumes, _ = _volumes(cfg)
-    return {**_pod_spec_extras(cfg), "volumes": volumes, "containers": [container]}
+    return _pod(cfg, container, trains=False)
 
 
 def _through(model, body: dict) -> dict:

@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import Problem
 from grpo_exp.core import rundir
+from grpo_exp.launching import kubernetes_run
 from grpo_exp.launching.kubernetes import MANIFESTS, NAME_MAX, TRAINER_NODE, build, dump, kind
 from grpo_exp.planning.placement import Plan
 
@@ -166,8 +167,6 @@ def check_cluster(cfg: DictConfig) -> list[Problem]:
 def _name_taken(cfg: DictConfig) -> list[Problem]:
     """The cluster asked (kubectl get) whether the namespace holds a job of this name; a cluster that does not
     answer is a problem too."""
-    from grpo_exp.launching import kubernetes_run
-
     k = cfg.launcher.kubernetes
     resource = kubernetes_run.RESOURCE[kind(cfg)]
     try:
