@@ -25,7 +25,7 @@ from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, resume
 from grpo_exp.core import metrics, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
-from grpo_exp.launching import kubernetes, launch, ports, preflight
+from grpo_exp.launching import launch, ports, preflight
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import fixes, placement, plan_file, planner
 from grpo_exp.planning.report import print_plan
@@ -84,7 +84,7 @@ def run(job: Job) -> Ended:
         memory["notes"] += preflight.unchecked_data(cfg)
     manifests = None
     if cfg.launcher.name == "kubernetes":  # built and checked before anything is written
-        from grpo_exp.launching import kubernetes_checks
+        from grpo_exp.launching import kubernetes, kubernetes_checks
 
         manifests, problems = kubernetes_checks.built(cfg, plan, memory)
         if problems:
@@ -93,6 +93,8 @@ def run(job: Job) -> Ended:
     rundir.freeze_config(cfg, run_dir)
     plan_file.write(run_dir, plan, memory)
     if manifests is not None:
+        from grpo_exp.launching import kubernetes
+
         kubernetes.write(run_dir, manifests)
     if cfg.action == "plan":
         return _planned(run_dir, plan, memory, job.sweeping)
@@ -122,7 +124,9 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
     except OmegaConfBaseException as exc:
         return errors.unresolvable(cfg) or [errors.as_problem(exc)]
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
-    if not problems and cfg.launcher.name == "kubernetes":
+    if not problems and cfg.launcher.name == "kubernetes":  # imported here: a plan's start-up does not pay for it
+        from grpo_exp.launching import kubernetes
+
         kubernetes.finalize(cfg, run_dir)  # a pod's addresses and ports are its own: none is looked up here
     if not problems:
         ports.resolve_auto(cfg)  # before the plan's commands and config.yaml name the ports
