@@ -75,7 +75,7 @@ def test_real_zero_ranks_hold_the_copies_where_the_plan_charges_them(tmp_path):
         timeout=300,
         cwd=tmp_path,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]  # stdout: the cases measured
     found = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
     assert [[f["stage"], f["sub_group_size"]] for f in found] == cases
     for f in found:
