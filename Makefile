@@ -23,13 +23,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: an unpinned resolve may pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet -c constraints.txt torch
-	# compat: a plain path entry, so Hydra finds the frontier sweeper in hydra_plugins/
-	$(PY) -m pip install --quiet -c constraints.txt -e . --config-settings editable_mode=compat
+	# editable: grpo_exp runs from this checkout (the frontier sweeper is registered with Hydra by grpo_exp itself)
+	$(PY) -m pip install --quiet -c constraints.txt -e .
 	touch $@
 
 # The test lanes' extras on top: pytest and ruff, the trackers' tests, SLURM (submitit), Optuna's sweeper.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slurm,optuna]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slurm,optuna]'
 	touch $@
 
 demo: $(VENV)/.installed

@@ -1,6 +1,8 @@
 """Installable like any tool: a wheel (not an editable checkout) carries conf/ and sweeps/, plans from
 another directory, takes a user's own config dir (--config-dir) beside its own options, and trains the demo."""
 
+import json
+import os
 import subprocess
 import sys
 import zipfile
@@ -79,3 +81,29 @@ def test_a_wheel_plans_from_any_directory_with_a_users_config_dir(tmp_path):
     )
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
     assert '"status": "completed"' in (tmp_path / "demo" / "summary.json").read_text()
+
+
+def test_the_frontier_sweeper_needs_no_scan_of_the_hydra_plugins_namespace(tmp_path):
+    """Hydra 1.3 finds plugins by scanning the hydra_plugins namespace, which setuptools' editable installs hide
+    (hydra#2359). grpo_exp registers its sweeper itself: with the scan seeing none of hydra_plugins, the frontier
+    still plans."""
+    blind_scan = (
+        "import sys\n"
+        "from hydra.core.plugins import Plugins\n"
+        "scan = Plugins._scan_all_plugins\n"
+        "Plugins._scan_all_plugins = staticmethod(lambda modules: scan([m for m in modules if m.__name__ != 'hydra_plugins']))\n"
+        "from grpo_exp.__main__ import main\n"
+        "sys.argv = ['grpo-exp', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    swept = subprocess.run(
+        [sys.executable, "-c", blind_scan, "-m", "+sweep=frontier", "model=qwen7b", "topology=1x8", "action=plan"]
+        + ["hydra.sweeper.axis_values=[8]", "hydra.sweeper.batch_values=[8,16]", f"hydra.sweep.dir={tmp_path}"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert swept.returncode == 0, swept.stdout[-2000:] + swept.stderr[-2000:]
+    assert json.loads((tmp_path / "frontier.json").read_text())["frontier"] == {"8": 16}
