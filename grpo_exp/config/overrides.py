@@ -16,7 +16,7 @@ from hydra.errors import HydraException
 
 from grpo_exp import Problem
 from grpo_exp.config.errors import unknown_key
-from grpo_exp.config.schema import Config
+from grpo_exp.config.schema import Config, is_open_mapping
 
 # Config groups selected with group=option (conf/ directories, and the `sweep` presets).
 GROUPS = (
@@ -106,15 +106,6 @@ def _allows(path: list[str], kind=Config) -> bool:
     return _allows(path[1:], child) if dataclasses.is_dataclass(child) else len(path) == 1
 
 
-def _is_mapping(path: list[str], kind=Config) -> bool:
-    """Whether the schema's key `path` is an open mapping (a Dict field: data.rewards, env.factories)."""
-    hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
-    child = hints.get(path[0])
-    if len(path) > 1:
-        return dataclasses.is_dataclass(child) and _is_mapping(path[1:], child)
-    return typing.get_origin(child) is dict
-
-
 def whole_mappings(items: list[str]) -> dict[str, tuple[str, dict]]:
     """{override: (key, mapping)} for each `key={...}` on an open mapping of the schema. Hydra merges such a
     value into the option's mapping and refuses a new name in it (struct mode), so `'data.rewards={}'` would
@@ -126,7 +117,7 @@ def whole_mappings(items: list[str]) -> dict[str, tuple[str, dict]]:
         if override is None or override.is_sweep_override() or override.is_delete() or override.is_add():
             continue
         value = override.value()
-        if _is_key(override) and isinstance(value, dict) and _is_mapping(override.key_or_group.split(".")):
+        if _is_key(override) and isinstance(value, dict) and is_open_mapping(override.key_or_group):
             found[item] = (override.key_or_group, value)
     return found
 

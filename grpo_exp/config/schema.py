@@ -11,9 +11,9 @@ This module must stay importable without torch/transformers/trl: the driver and 
 """
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, get_origin, get_type_hints
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
@@ -381,6 +381,17 @@ class Config:
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None
     seed: int = 42
+
+
+def is_open_mapping(key: str) -> bool:
+    """Whether `key` ('data.rewards', 'env.factories') is a Dict field of the schema: a mapping whose names
+    are the user's, not the schema's."""
+    kind = Config
+    *parents, name = key.split(".")
+    for part in parents:
+        kind = get_type_hints(kind).get(part) if is_dataclass(kind) else None
+    hints = get_type_hints(kind) if is_dataclass(kind) else {}
+    return get_origin(hints.get(name)) is dict
 
 
 def register_configs() -> None:

@@ -176,9 +176,9 @@ def test_multi_environment_rows_need_no_prompt(tmp_path):
 def test_the_tool_schemas_are_the_warm_starts_and_its_cache_key():
     from grpo_exp.config.model_info import tiny_model_path
 
-    mine = compose_cfg("env.tools=[tests.user_code.multiply,tests.user_code.add]")
+    mine = compose_cfg("env.tools=[tests.user_code.multiply,tests.user_code.async_add]")
     (tools,) = env.tool_sets(mine)
-    assert [t["function"]["name"] for t in tools] == ["multiply", "add"]
+    assert [t["function"]["name"] for t in tools] == ["multiply", "async_add"]
     assert tools[0]["function"]["parameters"]["properties"]["a"] == {
         "type": "integer",
         "description": "The first integer.",
@@ -191,8 +191,8 @@ def test_the_tool_schemas_are_the_warm_starts_and_its_cache_key():
 
 
 def test_the_plan_says_whose_tool_calls_they_are_and_where_the_code_runs(tmp_path):
-    notes = planned("env.tools=[tests.user_code.multiply,tests.user_code.add]").memory["notes"]
-    assert any("warm-started on calls of this run's tools (multiply, add" in n for n in notes)
+    notes = planned("env.tools=[tests.user_code.multiply,tests.user_code.async_add]").memory["notes"]
+    assert any("warm-started on calls of this run's tools (multiply, async_add" in n for n in notes)
     assert any("the directory grpo_exp is started in (env.working_dir=null)" in n for n in notes)
     real = planned("env=calculator", "model=qwen7b", "topology=1x8", f"env.working_dir={tmp_path}").memory["notes"]
     assert any("are Qwen/Qwen2.5-7B-Instruct's own" in n for n in real)

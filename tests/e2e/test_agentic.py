@@ -37,12 +37,12 @@ def assert_agentic(result, run_dir, steps: int) -> dict:
 
 
 def test_a_users_own_tools_train_on_two_ranks_and_the_tiny_model_calls_them(two_rank_run):
-    """TRL's docs' multiply and add: the warm start built from their schemas makes the tiny model call them, and
+    """TRL's docs' multiply and async_add (a coroutine, run on TRL's event loop): the warm start built from their schemas makes the tiny model call them, and
     most calls are ones the tools accept (measured: 0.6-0.9 calls per episode, under 0.15 of them failed)."""
     result, run_dir = two_rank_run
     assert_agentic(result, run_dir, steps=2)
     episode = plan_file.read(run_dir)["env"]
-    assert episode["name"] == "custom" and episode["tools"] == ["multiply", "add"]
+    assert episode["name"] == "custom" and episode["tools"] == ["multiply", "async_add"]
     assert episode["instances_per_rank"] == 4  # per_device_train_batch_size 4 x 1 step per generation
     records = rundir.read_metrics(run_dir)
     assert sum(r[metrics.TOOL_CALLS] for r in records) / len(records) > 0.2
