@@ -86,7 +86,7 @@ def two_rank_run(tmp_path_factory, model_cache):
         "trainer.beta=0.04",
         "env.tools=[tests.user_code.multiply,tests.user_code.async_add]",
         "trainer.max_tool_calling_iterations=2",
-        "trainer.max_completion_length=96",  # room for a call, its result and the answer: TRL drops a result that does not fit
+        "trainer.max_completion_length=96",  # a call, its result and the answer fit: TRL drops a result that does not
         "data.rewards={correctness: {_target_: grpo_exp.training.rewards.correctness}, "
         "user_imports: {_target_: tests.user_code.imports_everything}}",
         f"env.working_dir={work}",

@@ -420,6 +420,7 @@ def register_configs() -> None:
     # namespace: that scan cannot see into setuptools' editable installs (hydra#2359), only `editable_mode=compat`
     # could, and setuptools deprecates it. Importing the module also stores its `hydra/sweeper: frontier` node.
     from hydra.core.plugins import Plugins
+
     from hydra_plugins.grpo_exp_frontier.frontier_sweeper import FrontierSweeper
 
     Plugins.instance().register(FrontierSweeper)
