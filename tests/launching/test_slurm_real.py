@@ -2,6 +2,7 @@
 (.ci/run runs it where it can). Skipped, with the reason, where no cluster answers."""
 
 import contextlib
+import functools
 import shutil
 import signal
 import subprocess
@@ -27,14 +28,18 @@ def _cluster_problem() -> str | None:
     return None
 
 
-PROBLEM = _cluster_problem()
-PROBLEM_NOW = _cluster_problem
+first_answer = functools.cache(_cluster_problem)  # asked when a test runs, not at collection (sinfo waits ~9 s
+# for a controller that is not there, in every process that collects this module)
+
+
+@pytest.fixture
+def needs_cluster():
+    if (problem := first_answer()) is not None:
+        pytest.skip(f"real SLURM: {problem}")
+
+
 # One node, 2 CPUs: its tests run one after another on one xdist worker (make test: --dist loadgroup).
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(PROBLEM is not None, reason=f"real SLURM: {PROBLEM}"),
-    pytest.mark.xdist_group("slurm"),
-]
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("needs_cluster"), pytest.mark.xdist_group("slurm")]
 SLURM = [
     "launcher=slurm",
     "launcher.slurm.cpus_per_task=1",
@@ -85,7 +90,7 @@ def _node_down():
         yield
     finally:
         subprocess.run(["scontrol", "update", f"NodeName={host}", "State=RESUME"], capture_output=True)
-        _until(lambda: PROBLEM_NOW() is None, 60, "the node to come back")
+        _until(lambda: _cluster_problem() is None, 60, "the node to come back")
 
 
 @pytest.fixture

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from grpo_exp.core import rundir
-from tests.launching.test_slurm_real import PROBLEM, SLURM
+from tests.launching.test_slurm_real import SLURM, needs_cluster  # noqa: F401 (the fixture, used by name)
 
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(PROBLEM is not None, reason=f"real SLURM: {PROBLEM}")]
+pytestmark = [pytest.mark.vllm, pytest.mark.usefixtures("needs_cluster")]
 
 
 def test_a_slurm_job_serves_and_trains_with_real_vllm(cli):
