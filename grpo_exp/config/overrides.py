@@ -14,24 +14,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException
 
-from grpo_exp import Problem
+from grpo_exp import CONF_DIR, Problem
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import Config, is_open_mapping
 
-# Config groups selected with group=option (conf/ directories, and the `sweep` presets).
-GROUPS = (
-    "model",
-    "data",
-    "trainer",
-    "vllm",
-    "deepspeed",
-    "peft",
-    "topology",
-    "logger",
-    "launcher",
-    "experiment",
-    "sweep",
-)
+# Config groups selected with group=option: conf/'s directories, and the `sweep` presets (sweeps/).
+GROUPS = (*sorted(p.name for p in CONF_DIR.iterdir() if any(p.glob("*.yaml"))), "sweep")
 
 
 _parser: OverridesParser | None = None
@@ -84,7 +72,9 @@ def mode_needs_compose(argv: list[str]) -> bool:
     return any(key.split(".")[0] in _MODE_SETTERS or key.startswith(_MODE_SETTERS) for key in keys)
 
 
-def _is_key(override: Override) -> bool:
+def is_config_key(override: Override) -> bool:
+    """Whether Hydra applies `override` to the composed config (key=value), not to the defaults list (a group, a
+    group@package, hydra's own)."""
     key = override.key_or_group
     return not (key.startswith("hydra") or "/" in key or key in GROUPS or override.package)
 
@@ -117,7 +107,7 @@ def whole_mappings(items: list[str]) -> dict[str, tuple[str, dict]]:
         if override is None or override.is_sweep_override() or override.is_delete() or override.is_add():
             continue
         value = override.value()
-        if _is_key(override) and isinstance(value, dict) and is_open_mapping(override.key_or_group):
+        if is_config_key(override) and isinstance(value, dict) and is_open_mapping(override.key_or_group):
             found[item] = (override.key_or_group, value)
     return found
 
@@ -148,7 +138,7 @@ def unknown(items: list[str]) -> dict[str, Problem]:
                 f"needs an option name, not {override.value()!r}",
                 f"write {key}=<option>; `python -m grpo_exp --help` lists them",
             )
-        elif _is_key(override) and not key.startswith("deepspeed.") and not _allows(key.split(".")):
+        elif is_config_key(override) and not key.startswith("deepspeed.") and not _allows(key.split(".")):
             found[item] = unknown_key(key)
         elif _beyond_float(override):  # composing would raise a bare OverflowError that does not name the key
             found[item] = Problem(key, "is too large for a number", "give a value below 1e308")
