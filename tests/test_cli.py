@@ -191,3 +191,18 @@ def test_driver_imports_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_sweep_over_a_groups_options_is_not_a_group_given_no_option():
+    from grpo_exp.config import overrides
+
+    swept = ["deepspeed=zero2,zero3", "env=none,number_game", "model=glob(qwen*)", "fsdp=none,full_shard"]
+    assert overrides.unknown(swept) == {}
+    assert list(overrides.unknown(["env=null", "model={a: 1}"])) == ["env=null", "model={a: 1}"]
+
+
+@pytest.mark.slow  # the real CLI in a subprocess
+def test_a_multirun_over_group_options_plans_each(cli):
+    result, sweep_dir = cli("deepspeed=zero2,zero3", "model=qwen7b", "topology=1x8", "action=plan", multirun=True)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert all((sweep_dir / job / "plan.json").is_file() for job in "01")

@@ -132,7 +132,11 @@ def unknown(items: list[str]) -> dict[str, Problem]:
         key = override.key_or_group
         if not key:
             found[item] = Problem(item, "names no key", "write key=value, group=option or +key=value")
-        elif key in GROUPS and not override.is_delete() and not isinstance(override.value(), (str, list)):
+        elif (
+            key in GROUPS
+            and not (override.is_delete() or override.is_sweep_override())
+            and not isinstance(override.value(), (str, list))
+        ):
             found[item] = Problem(
                 key,
                 f"needs an option name, not {override.value()!r}",
