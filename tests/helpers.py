@@ -57,26 +57,22 @@ def compose_cfg(*overrides: str, hydra_config: bool = False) -> DictConfig:
         cfg = compose("config", overrides=given, return_hydra_config=hydra_config)
         parsing.set_whole(cfg, whole.values())
         return cfg
-    parsed = {o: parsing.parse([o]) for o in given}
-    applied = [] if hydra_config else [o for o in given if _a_plain_value(parsed[o])]
+    parsed = {o: next(iter(parsing.parse([o])), None) for o in given}  # None: Hydra refuses it while composing
+    applied = [  # what Hydra applies to the composed config (a sweep in a single run is refused while composing)
+        o
+        for o in given
+        if not hydra_config and parsed[o] and parsing.is_config_key(parsed[o]) and not parsed[o].is_sweep_override()
+    ]
     key = (tuple(o for o in given if o not in applied), hydra_config)
     if key not in _COMPOSED:
         _COMPOSED[key] = compose("config", overrides=list(key[0]), return_hydra_config=hydra_config)
     cfg = copy.deepcopy(_COMPOSED[key])
     try:
-        ConfigLoaderImpl._apply_overrides_to_config([parsed[o][0] for o in applied], cfg)
+        ConfigLoaderImpl._apply_overrides_to_config([parsed[o] for o in applied], cfg)
     except OmegaConfBaseException as exc:  # as Hydra's load_configuration wraps it
         raise ConfigCompositionException() from exc
     parsing.set_whole(cfg, whole.values())
     return cfg
-
-
-def _a_plain_value(parsed: list) -> bool:
-    """An override Hydra applies to the composed config: it parses, names a key (not a group, a package or
-    hydra's own) and sweeps nothing (a sweep in a single run is refused while the defaults are composed)."""
-    from grpo_exp.config import overrides as parsing
-
-    return len(parsed) == 1 and parsing.is_config_key(parsed[0]) and not parsed[0].is_sweep_override()
 
 
 def report(*items: str, gpus: int = 0) -> tuple[str, DictConfig | None]:
