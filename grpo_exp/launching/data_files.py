@@ -11,11 +11,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp import Problem, is_local_path
+from grpo_exp.core import toy_math
 
 # Local files by suffix -> the `datasets` builder that reads them (training/data.py loads them).
 FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 MAX_REPORTED_ERRORS = 3
-TOY_MATH_ROWS = 256  # toy_math's size when data.num_samples is null
 
 
 def is_saved_dataset(path: Path) -> bool:
@@ -47,7 +47,7 @@ def preflight(
         # it generates data.num_samples rows
         columns, rows = (
             {"prompt", "answer"},
-            None if cfg.num_samples else TOY_MATH_ROWS,
+            None if cfg.num_samples else toy_math.ROWS,
         )
         where = "toy_math"
     elif cfg.path is None:

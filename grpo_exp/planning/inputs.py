@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from grpo_exp import GIB
 from grpo_exp.config import env
 from grpo_exp.core import packages
-from grpo_exp.planning import calibration, placement
+from grpo_exp.planning import calibration, placement, prompt_tokens
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
@@ -52,6 +52,7 @@ class Inputs:
     # policy's old log-probs when generation and optimizer steps are not aligned, or for vLLM's importance sampling
     scores: bool = True
     agentic: bool = False  # tools or environments: the `tools` phase runs them
+    gradient_accumulation: int = 1  # gradient_accumulation_steps: gradients outlive the optimizer step's phase
     device: str = "cuda"
     autocast: bool = False  # 16-bit autocast over float32 weights (GRPOConfig bf16/fp16 with model.dtype float32)
     qk_norm: bool = False  # RMSNorm on q and k (Qwen3): more saved activations
@@ -190,10 +191,18 @@ def host_capacity_bytes(cfg: DictConfig, plan) -> float | None:
     return None
 
 
+def planned_prompt(cfg: DictConfig) -> int:
+    """The prompt tokens a batch holds: the data's longest prompt where the plan can count it (prompt_tokens.py),
+    never more than data.max_prompt_length; unbounded and uncounted, 512 (a note says so)."""
+    bound = cfg.data.max_prompt_length or 512
+    counted = prompt_tokens.longest_prompt(cfg)
+    return bound if counted is None else min(bound, counted)
+
+
 def inputs(cfg: DictConfig, plan) -> Inputs:
     m, t, v, ds = cfg.model, cfg.trainer, cfg.vllm, cfg.deepspeed
     zero = ds.get("zero_optimization", {}) if ds else {}
-    prompt = cfg.data.max_prompt_length or 512  # unbounded prompts: assume 512 tokens (a note says so)
+    prompt = planned_prompt(cfg)
     capacity = capacity_bytes(cfg, plan)
     return Inputs(
         params=m.num_parameters,
@@ -210,6 +219,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         device=plan.device,
         batch=t.per_device_train_batch_size,
         steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
+        gradient_accumulation=t.gradient_accumulation_steps,
         completion=t.max_completion_length,
         prompt=prompt,
         checkpointing=activation_checkpointing(t),

@@ -12,13 +12,20 @@ from grpo_exp.planning import vllm_engine
 from grpo_exp.planning.calibration import GROUPS
 from grpo_exp.planning.inputs import Inputs
 
-CUDA_CONTEXT = 0.75 * GIB  # per process: CUDA context + cuBLAS workspace (0.5-1.5 GiB measured)
+# Per GPU process, NVML's device memory less the allocator's reserve, on the H200 records (tests/fixtures/gpu/,
+# torch 2.11 + CUDA 13): the CUDA context and cuBLAS workspaces 1.44-1.46 GiB; a process group on NCCL (DeepSpeed
+# on one rank) 0.91 GiB more.
+CUDA_CONTEXT = 1.45 * GIB
+NCCL_COMMUNICATOR = 0.9 * GIB
+# The caching allocator's reserve over the tensors alive at the peak on the same records (reserved - allocated):
+# 1.6%, 2.1% and 3.7% with expandable_segments; 4% covers them.
+CUDA_ALLOCATOR_RESERVE = 0.04
 CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl resident (measured here: ~0.5 GiB)
 # Under memory.limit_gib a CPU rank is capped by RLIMIT_DATA, which counts address space, not RSS:
 # an idle worker (torch, transformers, trl imported) already holds 1.5 GiB of it (VmData, measured
 # here), and tensors count from allocation, touched or not.
 CPU_RUNTIME_UNDER_LIMIT = 1.5 * GIB
-FRAGMENTATION = 0.05  # allocator reserve on top of live tensors (expandable_segments keeps it low)
+FRAGMENTATION = 0.05  # on CPU: what RSS holds over the live tensors (glibc's arenas), fitted on CPU ranks
 # Saved-for-backward bytes per token of one decoder layer, as coefficients of (hidden, q_dim =
 # heads x head_dim, kv_dim, intermediate, q_dim + kv_dim when q/k are RMS-normed as in Qwen3), for
 # fp32 weights, fp32 weights under bf16 autocast, and bf16 weights. Least squares over Qwen2.5-0.5B,
@@ -195,11 +202,10 @@ def train_phase_parts(x: Inputs) -> dict[str, float]:
     vLLM engine's resident share), in bytes: what calibration fits factors against."""
     e = estimate_train(replace(x, calibration=()))
     c = e.components
-    scale = 1 + FRAGMENTATION
+    scale = 1 + allocator_fraction(x)  # the reserve is a fraction of the train phase's tensors
+    held = [k for k in GROUPS["states"] if k not in ("zero3_gather", "runtime")]  # the gather is generate()'s
     parts = {
-        # the states group as the train phase holds it: every component of GROUPS["states"] but the
-        # whole-model gather, which only generate() does
-        "states": scale * sum(c[k] for k in GROUPS["states"] if k != "zero3_gather"),
+        "states": scale * sum(c[k] for k in held) + c["runtime"],
         "activations": scale * c["activations"],
         "logits": scale * c["logits"],
     }
@@ -208,108 +214,152 @@ def train_phase_parts(x: Inputs) -> dict[str, float]:
 
 
 def estimate_train(x: Inputs) -> RoleEstimate:
-    c = model_states(x)
-    wb = x.dtype_bytes
-    seq = x.prompt + x.completion
-    b = x.batch
-    # ZeRO-3 partitions the reference model, FSDP2 shards it (trl prepare_deepspeed / prepare_fsdp)
-    ref_share = x.world_size if x.zero_stage == 3 else x.fsdp_shard if x.fsdp else 1
-    c["reference_model"] = x.params * wb / ref_share if x.ref_model else 0.0
-    trainable_bytes = (x.lora_params * 4) if x.lora_params else x.params * wb
-    c["zero1_full_gradients"] = trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0
-    per_layer = _activations_per_layer(x, b * seq)
-    if x.checkpointing:  # layer inputs kept (the residual stream's dtype), one layer alive while it is recomputed
-        c["activations"] = x.layers * b * seq * x.hidden * (4 if x.autocast else wb) + per_layer
-    else:
-        c["activations"] = x.layers * per_layer
-    c["logits"] = _fused_head(x, b, seq, backward=True)
-    scoring_logits = _fused_head(x, b, seq, backward=False)  # no-grad log-probs of b sequences
-    # bf16 autocast over fp32 weights keeps a 16-bit copy of every decoder layer's weights for
-    # backward (measured; not the embedding or the fused LM head); checkpointing: one layer's
-    c["autocast_weights"] = 2 * _layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0
-    c["deepspeed_buffers"] = _deepspeed_buffers(x, wb)
-    c["fsdp_buffers"] = _fsdp_buffers(x)
-    c["fsdp_full_tensor"] = _fsdp_full_tensor(x)
-    # A quantized layer runs on a dequantized copy of its weight, one layer at a time (forward and backward).
-    largest_linear = max(x.hidden * x.intermediate, x.hidden * x.q_dim)
-    c["dequantized_weights"] = largest_linear * x.compute_bytes if x.quantized_params else 0.0
-    generation_seqs = b * x.steps_per_generation  # this rank's share of the generation batch
-    if x.vllm_mode == "off":
-        c["kv_cache"] = 2 * x.layers * x.kv_dim * wb * seq * generation_seqs
-    else:
-        c["kv_cache"] = 0.0
-    if x.zero_stage == 3 and x.vllm_mode == "off" and x.ds3_gather_for_generation:
-        c["zero3_gather"] = x.params * wb  # the whole model gathered for generate()
-    elif x.zero_stage == 3 and x.vllm_mode != "off" and x.lora_params:
-        c["zero3_gather"] = x.params * wb  # weight sync gathers the whole model to merge the adapters
-    elif x.zero_stage == 3:
-        c["zero3_gather"] = 4 * x.vocab * x.hidden  # largest layer gathered (DeepSpeed's estimator)
-    else:
-        c["zero3_gather"] = 0.0
-    engine = vllm_engine.estimate(x, server=False) if x.vllm_mode == "colocate" else None
-    vllm_awake = vllm_resident = 0.0
-    if engine is not None:  # the colocated engine, on this GPU beside the trainer
-        vllm_awake = engine.peak
-        vllm_resident = vllm_engine.residual_asleep(engine) if x.vllm_sleep else vllm_awake
-    c["vllm_colocated"] = vllm_awake
-    # vllm=server: rank 0 streams the weights to the server through NCCL buffers of its own, or (filesystem) holds a
-    # host copy of the whole model while it writes it: this process's memory on a CPU rank, host RAM beside a GPU
-    server = x.vllm_mode == "server"
-    c["weight_sync_buffers"] = vllm_engine.WEIGHT_SYNC_BUFFERS if server and x.weight_sync == "nccl" else 0.0
-    c["weight_sync_copy"] = (
-        sync_copy_bytes(x) if server and x.weight_sync == "filesystem" and x.device == "cpu" else 0.0
-    )
-    c["runtime"] = (
-        CUDA_CONTEXT if x.device == "cuda" else (CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME)
-    )
-
+    """A training GPU (on CPU, a training process): its components and each phase of a GRPO step as it is from
+    step 2 on, when the optimizer's states exist (step 1's phases are the same less them, so never larger).
+    Every phase is the tensors it holds (`phase_tensors`) plus the process's `runtime` and one
+    `allocator_reserve`: the caching allocator keeps the largest phase's blocks for the rest of the run."""
+    c = {
+        **model_states(x),
+        **_backward_terms(x),
+        **_generation_terms(x),
+        **_vllm_terms(x),
+        "runtime": runtime_bytes(x),
+    }
     for name, factor in x.calibration:  # preflight.calibration: factors fitted on measured runs
         for component in GROUPS.get(name, ()):  # the engine's factor is vllm_engine.py's
             c[component] *= factor
-    persistent = c["weights"] + c["optimizer"] + c["reference_model"] + c["runtime"]
+    tensors = phase_tensors(x, c)
+    c["allocator_reserve"] = allocator_fraction(x) * max(tensors.values())
+    vllm_share = {phase: c["vllm_colocated"] if phase == "generate" else c["vllm_resident"] for phase in tensors}
+    phases = {k: v + c["runtime"] + c["allocator_reserve"] + vllm_share[k] for k, v in tensors.items()}
+    del c["vllm_resident"], c["scoring_logits"]  # in the phases, not components of their own
+    return RoleEstimate(c, phases, x.capacity)
+
+
+def runtime_bytes(x: Inputs) -> float:
+    """What a process holds besides its tensors: on a GPU the CUDA context and cuBLAS workspace (and NCCL's
+    communicator buffers where a process group runs on NCCL); on CPU Python and the libraries' resident pages."""
+    if x.device == "cuda":
+        uses_nccl = x.world_size > 1 or x.zero_stage > 0 or x.fsdp
+        return CUDA_CONTEXT + (NCCL_COMMUNICATOR if uses_nccl else 0.0)
+    return CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME
+
+
+def allocator_fraction(x: Inputs) -> float:
+    """The caching allocator's reserve over the tensors alive at the peak (docs/memory-planner.md)."""
+    return CUDA_ALLOCATOR_RESERVE if x.device == "cuda" else FRAGMENTATION
+
+
+def _backward_terms(x: Inputs) -> dict[str, float]:
+    """What the training forward and backward hold besides the model states: the reference model, ZeRO-1's
+    full gradients, the layers' saved activations, the fused LM head, autocast's 16-bit weight copies,
+    DeepSpeed's and FSDP2's buffers, a quantized layer's dequantized copy."""
+    wb, b, seq = x.dtype_bytes, x.batch, x.prompt + x.completion
+    # ZeRO-3 partitions the reference model, FSDP2 shards it (trl prepare_deepspeed / prepare_fsdp)
+    ref_share = x.world_size if x.zero_stage == 3 else x.fsdp_shard if x.fsdp else 1
+    trainable_bytes = (x.lora_params * 4) if x.lora_params else x.params * wb
+    per_layer = _activations_per_layer(x, b * seq)
+    if x.checkpointing:  # layer inputs kept (the residual stream's dtype), one layer alive while it is recomputed
+        activations = x.layers * b * seq * x.hidden * (4 if x.autocast else wb) + per_layer
+    else:
+        activations = x.layers * per_layer
+    # A quantized layer runs on a dequantized copy of its weight, one layer at a time (forward and backward).
+    largest_linear = max(x.hidden * x.intermediate, x.hidden * x.q_dim)
+    return {
+        "reference_model": x.params * wb / ref_share if x.ref_model else 0.0,
+        "zero1_full_gradients": trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0,
+        "activations": activations,
+        "logits": _fused_head(x, b, seq, backward=True),
+        "scoring_logits": _fused_head(x, b, seq, backward=False),  # no-grad log-probs of b sequences
+        # bf16 autocast over fp32 weights keeps a 16-bit copy of every decoder layer's weights for
+        # backward (measured; not the embedding or the fused LM head); checkpointing: one layer's
+        "autocast_weights": 2 * _layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0,
+        "deepspeed_buffers": _deepspeed_buffers(x, wb),
+        "fsdp_buffers": _fsdp_buffers(x),
+        "fsdp_full_tensor": _fsdp_full_tensor(x),
+        "dequantized_weights": largest_linear * x.compute_bytes if x.quantized_params else 0.0,
+    }
+
+
+def _generation_terms(x: Inputs) -> dict[str, float]:
+    """What generate() holds without vLLM (the KV cache of this rank's share of a generation batch), and what
+    ZeRO-3 gathers: the whole model to generate with, or to merge LoRA before a weight sync, else its largest
+    layer (DeepSpeed's estimator)."""
+    seq = x.prompt + x.completion
+    kv_cache = 2 * x.layers * x.kv_dim * x.dtype_bytes * seq * x.batch * x.steps_per_generation
+    generates_gathered = x.vllm_mode == "off" and x.ds3_gather_for_generation
+    merges_adapters = x.vllm_mode != "off" and x.lora_params  # the weight sync gathers all to merge LoRA
+    if x.zero_stage == 3 and (generates_gathered or merges_adapters):
+        gather = x.params * x.dtype_bytes
+    elif x.zero_stage == 3:
+        gather = 4 * x.vocab * x.hidden
+    else:
+        gather = 0.0
+    return {"kv_cache": kv_cache if x.vllm_mode == "off" else 0.0, "zero3_gather": gather}
+
+
+def _vllm_terms(x: Inputs) -> dict[str, float]:
+    """vLLM beside the trainer: a colocated engine on this GPU (awake while it generates, its sleeping residue
+    or all of it otherwise); for vllm=server, rank 0's NCCL buffers to the server, or (filesystem) its host
+    copy of the whole model while it writes it: this process's memory on a CPU rank, host RAM beside a GPU."""
+    awake = resident = 0.0
+    if x.vllm_mode == "colocate":
+        engine = vllm_engine.estimate(x, server=False)
+        awake = engine.peak
+        resident = vllm_engine.residual_asleep(engine) if x.vllm_sleep else awake
+    server = x.vllm_mode == "server"
+    return {
+        "vllm_colocated": awake,
+        "vllm_resident": resident,
+        "weight_sync_buffers": vllm_engine.WEIGHT_SYNC_BUFFERS if server and x.weight_sync == "nccl" else 0.0,
+        "weight_sync_copy": sync_copy_bytes(x)
+        if server and x.weight_sync == "filesystem" and x.device == "cpu"
+        else 0.0,
+    }
+
+
+def phase_tensors(x: Inputs, c: dict[str, float]) -> dict[str, float]:
+    """The tensors each phase holds from step 2 on, in the order a step runs them. Between steps the weights,
+    the optimizer's states and the reference model stay (`resident`); gradients live from backward to the
+    optimizer step (zero_grad frees them), and with gradient accumulation until the next generation (measured
+    on the H200: generate at 16 x 4 held them). DeepSpeed steps inside backward (accelerate's backward calls
+    engine.step), so its step's gradients and copies are in the train phase and its optimizer phase holds the
+    resident states only."""
+    resident = c["weights"] + c["optimizer"] + c["reference_model"]
+    gradients = c["gradients"] + c["zero1_full_gradients"]
+    backward = (
+        c["activations"]
+        + c["autocast_weights"]
+        + c["logits"]
+        + gradients
+        + c["deepspeed_buffers"]
+        + c["fsdp_buffers"]
+        + c["fsdp_full_tensor"]
+        + c["dequantized_weights"]
+    )
+    allgather = min(x.allgather_bucket, x.lora_params or x.params) * x.dtype_bytes if x.zero_stage in (1, 2) else 0.0
+    step = c["gradients"] + c["fp32_gradients"] + allgather
     # FSDP2 without vLLM generates through the sharded model (its layers gathered as they run); with vLLM the
     # weight sync gathers one parameter at a time
     fsdp_generate = c["fsdp_buffers"] if x.vllm_mode == "off" else c["fsdp_full_tensor"]
-    fsdp_scoring = c["fsdp_buffers"] + c["fsdp_full_tensor"]
+    generating = c["kv_cache"] + c["zero3_gather"] + c["dequantized_weights"] + fsdp_generate
+    held_gradients = c["gradients"] if x.gradient_accumulation > 1 else 0.0
     phases = {
-        "generate": persistent
-        + vllm_awake
-        + c["kv_cache"]
-        + c["zero3_gather"]
-        + c["dequantized_weights"]
-        + fsdp_generate,
-        "score": persistent + vllm_resident + scoring_logits + c["dequantized_weights"] + fsdp_scoring,
-        "train": persistent
-        + fsdp_scoring
-        + vllm_resident
-        + c["activations"]
-        + c["autocast_weights"]
-        + c["logits"]
-        + c["gradients"]
-        + c["zero1_full_gradients"]
-        + c["deepspeed_buffers"]
-        + c["dequantized_weights"],
-        "optimizer": persistent
-        + vllm_resident
-        + c["gradients"]
-        + c["fp32_gradients"]
-        + (min(x.allgather_bucket, x.lora_params or x.params) * wb if x.zero_stage in (1, 2) else 0.0),
+        "generate": resident + max(generating, held_gradients),
+        "score": resident + c["scoring_logits"] + c["dequantized_weights"] + c["fsdp_buffers"] + c["fsdp_full_tensor"],
+        "train": resident + (max(backward, step) if x.zero_stage else backward),
+        "optimizer": resident + (0.0 if x.zero_stage else step),
+        # the reward functions (and an agentic run's tools) run in Python between the GPU's phases
+        "reward": resident + c["dequantized_weights"],
     }
-    # The reward functions (and an agentic run's tools) run in Python between the GPU's phases: the rank holds its
-    # resident memory then. The no-grad scoring pass runs only where TRL needs it (Inputs.scores).
-    phases["reward"] = persistent + vllm_resident + c["dequantized_weights"]
     if x.agentic:
         phases["tools"] = phases["reward"]
     if not x.scores:
         del phases["score"]
     if x.vllm_mode == "server":  # before each generation, after the optimizer step: what the sync holds on rank 0
         sync = c["weight_sync_buffers"] + c["weight_sync_copy"]
-        phases["weight_sync"] = persistent + c["zero3_gather"] + c["fsdp_full_tensor"] + sync
-    phases = {phase: phases[phase] for phase in PHASES if phase in phases}  # in the order a step runs them
-    torch_part = {k: v - vllm_awake if k == "generate" else v - vllm_resident for k, v in phases.items()}
-    phases = {k: v + FRAGMENTATION * torch_part[k] for k, v in phases.items()}
-    c["allocator_reserve"] = FRAGMENTATION * max(torch_part.values())
-    return RoleEstimate(c, phases, x.capacity)
+        phases["weight_sync"] = resident + c["zero3_gather"] + c["fsdp_full_tensor"] + sync
+    return {phase: phases[phase] for phase in PHASES if phase in phases}
 
 
 def sync_copy_bytes(x: Inputs) -> float:

@@ -40,7 +40,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     hosts = host_memory.estimate(x, e.train, nodes, host_capacity_bytes(cfg, plan))
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     errors += [line for node in _distinct(hosts) for line in _host_errors(x, node)]
-    notes = [] if cfg.data.max_prompt_length else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
+    notes = _prompt_notes(cfg, x)
     if cfg.data.loader == "none" and cfg.data.max_prompt_length:
         notes.append(
             f"data=none: the environment's reset() gives every prompt; planned at data.max_prompt_length="
@@ -65,6 +65,17 @@ def preflight(cfg: DictConfig, plan) -> dict:
         "vllm_engine": engine(x),
         "weight_sync": weight_sync(x),
     }
+
+
+def _prompt_notes(cfg: DictConfig, x: Inputs) -> list[str]:
+    """How many prompt tokens the plan holds, where that is not data.max_prompt_length."""
+    bound = cfg.data.max_prompt_length
+    if x.prompt < (bound or 512):
+        return [
+            f"prompts planned at {x.prompt} tokens: the longest of the data's prompts in the model's tokens, chat "
+            f"template included (data.max_prompt_length={bound} bounds them; TRL pads a batch to its longest)"
+        ]
+    return [] if bound else ["data.max_prompt_length is null: prompts assumed to be 512 tokens"]
 
 
 def _distinct(hosts: list, with_nodes: bool = False) -> list:

@@ -15,32 +15,25 @@ inside the loaders (workers), not on the driver.
 """
 
 import logging
-import random
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.launching.data_files import FILE_FORMATS, TOY_MATH_ROWS, is_saved_dataset
+from grpo_exp.core.toy_math import rows as toy_math_rows
+from grpo_exp.launching.data_files import FILE_FORMATS, is_saved_dataset
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
 log = logging.getLogger(__name__)
 
-_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
-
 
 def toy_math(cfg: DictConfig, seed: int) -> "Dataset":
-    """Arithmetic questions with exact integer answers, generated from the seed (no download)."""
+    """Arithmetic questions with exact integer answers, generated from the seed (core/toy_math.py)."""
     from datasets import Dataset
 
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(cfg.num_samples or TOY_MATH_ROWS):
-        a, b, op = rng.randint(0, 99), rng.randint(0, 99), rng.choice(list(_OPS))
-        rows.append({"prompt": f"What is {a} {op} {b}?", "answer": str(_OPS[op](a, b))})
-    return Dataset.from_list(rows)
+    return Dataset.from_list(toy_math_rows(cfg.num_samples, seed))
 
 
 def gsm8k(cfg: DictConfig, seed: int) -> "Dataset":
