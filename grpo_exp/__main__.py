@@ -103,6 +103,7 @@ def _task(unknown: list[Problem], ran: list, whole: list[tuple[str, dict]]):
             unknown=unknown,
             overrides=task_overrides(hydra_cfg),
             independent_trials=_trials_independent(hydra_cfg),
+            notes=held_options(cfg, hydra_cfg),
         )
         ended = job.run(spec)
         ran.append(ended)
@@ -131,26 +132,36 @@ def task_overrides(hydra_cfg) -> list[str]:
 def explicit_keys(hydra_cfg) -> set[str]:
     """The keys this job's user set: on the command line, and in the experiment file it selected."""
     found = set(overrides.values(task_overrides(hydra_cfg)))
-    name = hydra_cfg.runtime.choices.get("experiment")
+    experiment = _option_file(hydra_cfg, "experiment", hydra_cfg.runtime.choices.get("experiment"))
+    return found | {k for k in overrides.flat(experiment) if not k.startswith(("defaults", "hydra"))}
+
+
+def held_options(cfg: DictConfig, hydra_cfg) -> list[str]:
+    """The command line's chosen options held over the experiment's values for the same keys (the notes say so)."""
+    experiment = _option_file(hydra_cfg, "experiment", hydra_cfg.runtime.choices.get("experiment"))
+    if not experiment:
+        return []
+    chosen = {}
+    for group, option in overrides.chosen_groups(task_overrides(hydra_cfg)).items():
+        content = _option_file(hydra_cfg, group, option)
+        chosen[group] = (option, overrides.flat(content if content.get("_global_package") else {group: content}))
+    return overrides.hold_chosen_options(cfg, experiment, chosen)
+
+
+def _option_file(hydra_cfg, group: str, option: str | None) -> dict:
+    """An option's YAML as written ({} where there is none): grpo_exp's conf/ or a search path's (./conf).
+    `_global_package` is set on an option that writes at the top level (# @package _global_)."""
     sources = [CONF_DIR] + [
         Path(s.path.removeprefix("file://")) for s in hydra_cfg.runtime.config_sources if s.provider != "hydra"
     ]
     for source in sources:
-        path = source / "experiment" / f"{name}.yaml"
-        if name and path.is_file():
-            found |= {
-                k
-                for k in _flat_keys(OmegaConf.to_container(OmegaConf.load(path)))
-                if not k.startswith(("defaults", "hydra"))
-            }
-    return found
-
-
-def _flat_keys(node, prefix: str = "") -> set[str]:
-    out = set()
-    for key, value in (node or {}).items():
-        out |= _flat_keys(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {f"{prefix}{key}"}
-    return out
+        path = source / group / f"{option}.yaml"
+        if option and path.is_file():
+            content = OmegaConf.to_container(OmegaConf.load(path)) or {}
+            if "@package _global_" in path.read_text().split("\n", 1)[0]:
+                content["_global_package"] = True
+            return content
+    return {}
 
 
 def _run_dir_argument(items: list[str]) -> Path | None:

@@ -154,3 +154,44 @@ def _beyond_float(override: Override) -> bool:
         return False
     value = override.value()
     return isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max
+
+
+def chosen_groups(items: list[str]) -> dict[str, str]:
+    """The groups the command line chose an option of (`topology=2x8`), group -> option."""
+    return {
+        o.key_or_group: o.value()
+        for o in parse(items)
+        if o.key_or_group in GROUPS and isinstance(o.value(), str) and not o.is_sweep_override()
+    }
+
+
+def hold_chosen_options(cfg, experiment: dict, chosen: dict[str, dict]) -> list[str]:
+    """An experiment's values never silently undo an option chosen on the command line: where the experiment
+    (`experiment`, its file's content) sets a key the chosen option also sets (`chosen`: group -> (option name,
+    that option's keys as flat dotted paths -> values)), the option's value holds, and the plan says so."""
+    from omegaconf import OmegaConf
+
+    notes = []
+    for key, value in sorted(flat(experiment).items()):
+        group = key.split(".", 1)[0]
+        if group not in chosen or key not in chosen[group][1] or key.startswith(("defaults", "hydra")):
+            continue
+        option, held = chosen[group][0], chosen[group][1][key]
+        if held != value:
+            OmegaConf.update(cfg, key, held, merge=False)
+            notes.append(
+                f"{group}={option} was chosen on the command line: its {key}={held} holds over the experiment's "
+                f"{key}={value}"
+            )
+    return notes
+
+
+def flat(node, prefix: str = "") -> dict:
+    """A nested mapping as dotted paths to its leaves (an empty mapping is a leaf)."""
+    out = {}
+    for key, value in (node or {}).items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out

@@ -210,8 +210,10 @@ class TopologyConfig:
     nnodes: int = 1
     # null = detect this machine's GPUs (CUDA_VISIBLE_DEVICES honoured); 0 = CPU processes.
     gpus_per_node: Optional[int] = None
+    # The card planned against: null = the one detected on the machine that plans (NVML), else 80 GiB with a note.
+    # A name that differs from the detected card is a warning at action=run.
     gpu_name: Optional[str] = None
-    gpu_memory_gib: float = 80.0  # per-GPU capacity used for planning
+    gpu_memory_gib: Optional[float] = None  # capacity of one GPU (GiB = 2^30 bytes)
     cpu_procs: int = 2  # training processes per node when there is no GPU (gloo backend)
     # RAM of one node, GiB: offloaded optimizer states and weights, vLLM's sleeping weights and every process
     # live there (action=plan adds them up per node). null: this machine's RAM where this machine trains

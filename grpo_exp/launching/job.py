@@ -23,12 +23,12 @@ from omegaconf.errors import OmegaConfBaseException
 from grpo_exp import Problem
 from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, resume
-from grpo_exp.core import metrics, outcome, rundir
+from grpo_exp.core import gpus, metrics, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.launching import launch, ports, preflight
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import fixes, placement, plan_file, planner
-from grpo_exp.planning.report import print_plan
+from grpo_exp.planning.report import headline, print_plan
 
 log = logging.getLogger("grpo_exp")
 
@@ -45,6 +45,7 @@ class Job:
     overrides: list[str] = field(default_factory=list)  # the command line's overrides (resume= keeps some)
     independent_trials: bool = True  # the sweeper fixes its trials up front (not Optuna): SLURM runs them at once
     gpus: int | None = None  # GPUs of this machine; None: detected
+    notes: list[str] = field(default_factory=list)  # said in the plan (an option chosen over an experiment's values)
 
 
 @dataclass
@@ -75,11 +76,15 @@ def run(job: Job) -> Ended:
         errors.report(str(reused))
         return Ended(outcome.EXIT_INVALID, None)
     plan, problems = None, finalize(cfg, job.explicit, run_dir)
+    cards = gpus.detect() if job.gpus is None else []  # this machine's cards: what topology=local plans against
     if not problems:  # the checks read what finalize fills in (model=auto's numbers)
-        plan, problems = check(cfg, run_dir, launch.visible_gpus() if job.gpus is None else job.gpus)
+        plan, problems = check(cfg, run_dir, launch.visible_gpus() if job.gpus is None else job.gpus, cards)
     if job.unknown or problems:  # unknown keys were left out of composing: the rest was checked beside them
         return _refuse(run_dir, job.unknown + problems, job.sweeping)
     memory = _memory_plan(cfg, plan)
+    memory["notes"] = job.notes + memory["notes"]
+    if cfg.action == "run":
+        memory["notes"] += _card_warnings(cfg, cards)
     if cfg.action == "plan":
         memory["notes"] += preflight.unchecked_data(cfg)
     manifests = None
@@ -97,7 +102,8 @@ def run(job: Job) -> Ended:
 
         kubernetes.write(run_dir, manifests)
     if cfg.action == "plan":
-        return _planned(run_dir, plan, memory, job.sweeping)
+        return _planned(cfg, run_dir, plan, memory, job.sweeping)
+    print(headline(cfg, plan))
     print(placement.describe(plan))
     if not memory["fits"] and not _run_anyway(cfg, memory):
         summary = outcome.write_status(
@@ -133,7 +139,7 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
     return problems
 
 
-def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan | None, list[Problem]]:
+def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placement.Plan | None, list[Problem]]:
     """The launch plan of a finalized `cfg` and every problem with it, stage by stage: the config alone
     (config/checks.py), then what needs the plan (planning/checks.py), then this machine
     (launching/preflight.py: all of it for action=run, the data files it can see for action=plan). A stage
@@ -142,7 +148,7 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan | N
     bad = {p.key for p in problems}
     if bad & (config_checks.PLAN_INPUTS | plan_checks.BATCH_INPUTS):
         return None, problems  # a plan for 0 processes (or 10^30 nodes) says nothing useful
-    plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus)
+    plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus, cards=cards)
     problems += plan_checks.check(cfg, plan)
     batch_known = "data.num_samples" not in bad
     if cfg.launcher.name == "kubernetes":  # nothing runs here: the cluster's pods are checked by their manifests
@@ -156,6 +162,26 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int) -> tuple[placement.Plan | N
     else:
         problems += preflight.check_data(cfg, plan, batch_known=batch_known)
     return plan, problems
+
+
+def _card_warnings(cfg: DictConfig, cards: list) -> list[str]:
+    """action=run on a machine whose cards are not the topology's: the plan is of other cards (a warning, logged and
+    in plan.json's notes)."""
+    topology = cfg.topology
+    if not cards or topology.gpu_memory_gib is None:
+        return []
+    here = min(cards, key=lambda c: c.memory_gib)
+    named = topology.gpu_name or f"{topology.gpu_memory_gib} GiB"
+    if (topology.gpu_name and not gpus.same_card(topology.gpu_name, here.name)) or abs(
+        topology.gpu_memory_gib - here.memory_gib
+    ) > 0.05 * here.memory_gib:
+        warning = (
+            f"topology {topology.name} plans {named} ({topology.gpu_memory_gib} GiB) but this node has {here.name} "
+            f"({here.memory_gib:.2f} GiB): the plan is of other cards (topology.gpu_memory_gib=null plans this one)"
+        )
+        log.warning(warning)
+        return [warning]
+    return []
 
 
 def reused_run_dir(run_dir: Path) -> Problem | None:
@@ -217,7 +243,7 @@ def _fit(cfg: DictConfig, plan, memory: dict) -> dict:
     return planner.preflight(cfg, plan)
 
 
-def _planned(run_dir: Path, plan, memory: dict, sweeping: bool) -> Ended:
+def _planned(cfg: DictConfig, run_dir: Path, plan, memory: dict, sweeping: bool) -> Ended:
     """action=plan: print the plan (in a sweep, one line per trial and the table at the end)."""
     if sweeping:
         top = memory["suggestions"][0]["text"] if memory["suggestions"] else None
@@ -227,6 +253,7 @@ def _planned(run_dir: Path, plan, memory: dict, sweeping: bool) -> Ended:
         verdict = "fits" if memory["fits"] else "OOM"
         log.info("%s: %s, peak %.2f GiB per training process", run_dir.name, verdict, memory["train"]["peak_gib"])
         return Ended(outcome.EXIT_OK, run_dir, summary, memory=memory)
+    print(headline(cfg, plan))
     print(placement.describe(plan))
     print_plan(memory)
     log.info("plan written to %s", run_dir / rundir.PLAN)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from grpo_exp import is_local_path, visible_devices
-from grpo_exp.core import metrics, outcome, rundir
+from grpo_exp import is_local_path
+from grpo_exp.core import gpus, metrics, outcome, rundir
 from grpo_exp.core.outcome import Mismatch
 from grpo_exp.launching import oom_killer, vllm_server
 from grpo_exp.planning.placement import NodePlan
@@ -32,20 +32,8 @@ TAIL_LINES = 15  # a vLLM server's last lines, quoted when it ends the run
 
 
 def visible_gpus() -> int:
-    """CUDA GPUs this process may use: NVML's count, narrowed by CUDA_VISIBLE_DEVICES. No torch."""
-    visible = visible_devices()
-    if visible is not None:
-        return len(visible)
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            return pynvml.nvmlDeviceGetCount()
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVIDIA driver / library: a CPU machine
-        return 0
+    """CUDA GPUs this process may use (core/gpus.py). No torch."""
+    return gpus.count()
 
 
 def needs_hub(cfg: DictConfig) -> bool:

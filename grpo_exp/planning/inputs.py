@@ -170,7 +170,7 @@ def capacity_bytes(cfg: DictConfig, plan) -> float:
     """A GPU's memory (on CPU runs, this machine's RAM shared by its training processes), or the
     memory.limit_gib cap when that is smaller."""
     if plan.device == "cuda":
-        capacity = cfg.topology.gpu_memory_gib * GIB
+        capacity = plan.gpu_memory_gib * GIB
     else:
         import psutil
 

@@ -41,6 +41,10 @@ class Plan:
     gpus_per_node: int
     nodes: list[NodePlan]
     vllm: dict
+    # The card the memory is planned against (None on CPU): the topology's, else the one detected here, else assumed
+    gpu_name: str | None = None
+    gpu_memory_gib: float | None = None
+    card_source: str | None = None  # topology | detected | assumed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,8 +54,26 @@ def gpus_per_node(cfg: DictConfig, detected: int) -> int:
     return detected if cfg.topology.gpus_per_node is None else cfg.topology.gpus_per_node
 
 
-def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
-    """The plan for `cfg`; `detected_gpus` matters only where the topology does not say."""
+# What a CUDA plan assumes of a card nobody named and this machine does not have (a note says so).
+ASSUMED_GPU_GIB = 80.0
+
+
+def card(topology, cards: list, device: str) -> tuple[str | None, float | None, str | None]:
+    """(name, GiB, source) of the card a plan is made for: topology.gpu_memory_gib where set, else the smallest of
+    the cards detected here (core/gpus.py), else ASSUMED_GPU_GIB."""
+    if device != "cuda":
+        return None, None, None
+    if topology.gpu_memory_gib is not None:
+        return topology.gpu_name, float(topology.gpu_memory_gib), "topology"
+    if cards:
+        smallest = min(cards, key=lambda c: c.memory_gib)
+        return smallest.name, smallest.memory_gib, "detected"
+    return topology.gpu_name, ASSUMED_GPU_GIB, "assumed"
+
+
+def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: tuple = ()) -> Plan:
+    """The plan for `cfg`; `detected_gpus` and the `cards` detected here matter only where the topology does
+    not say."""
     # Plain values, resolved once: a config node resolves its interpolations (master_addr, ...) on every
     # read, and a 512-node plan reads them per node.
     topo, vllm = SimpleNamespace(**OmegaConf.to_container(cfg.topology, resolve=True)), cfg.vllm
@@ -81,11 +103,15 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int) -> Plan:
             node.commands["train"] = train_command(topo, node, config_path, training_nodes=topo.nnodes - dedicated)
         if serves:
             node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)), device)
+    gpu_name, gpu_memory_gib, card_source = card(topo, list(cards), device)
     return Plan(
         world_size=world_size,
         device=device,
         gpus_per_node=gpus,
         nodes=nodes,
+        gpu_name=gpu_name,
+        gpu_memory_gib=gpu_memory_gib,
+        card_source=card_source,
         vllm={
             "mode": vllm.mode,
             "server_node": serving_node,

@@ -40,7 +40,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     hosts = host_memory.estimate(x, e.train, nodes, host_capacity_bytes(cfg, plan))
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     errors += [line for node in _distinct(hosts) for line in _host_errors(x, node)]
-    notes = _prompt_notes(cfg, x)
+    notes = _card_notes(plan) + _prompt_notes(cfg, x) + _loopback_notes(cfg, plan)
     if cfg.data.loader == "none" and cfg.data.max_prompt_length:
         notes.append(
             f"data=none: the environment's reset() gives every prompt; planned at data.max_prompt_length="
@@ -65,6 +65,38 @@ def preflight(cfg: DictConfig, plan) -> dict:
         "vllm_engine": engine(x),
         "weight_sync": weight_sync(x),
     }
+
+
+def _card_notes(plan) -> list[str]:
+    if plan.card_source != "assumed":
+        return []
+    return [
+        f"no GPU detected here and topology.gpu_memory_gib is null: each GPU planned as {plan.gpu_memory_gib:.0f} GiB "
+        "(set topology.gpu_memory_gib, or plan on the node that runs it)"
+    ]
+
+
+def _loopback_notes(cfg: DictConfig, plan) -> list[str]:
+    """Nodes that rendezvous on a loopback address: only processes on this machine can join."""
+    addr = str(cfg.topology.master_addr)
+    if len(plan.nodes) < 2 or not is_loopback(addr):
+        return []
+    return [
+        f"{len(plan.nodes)} nodes rendezvous at topology.master_addr={addr}, a loopback address: only processes on "
+        "this machine can join, and a node on another host waits out topology.rendezvous_timeout_s; on a cluster set "
+        "topology.master_addr (or MASTER_ADDR) to node 0's address"
+    ]
+
+
+def is_loopback(addr: str) -> bool:
+    import ipaddress
+
+    if addr.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:  # a host name
+        return False
 
 
 def _prompt_notes(cfg: DictConfig, x: Inputs) -> list[str]:

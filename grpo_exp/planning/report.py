@@ -39,3 +39,21 @@ def print_plan(memory: dict) -> None:
         console.print("what would fit (ranked):")
         for item in memory["suggestions"]:
             console.print(f"  {'[green]fits [/]' if item['fits'] else 'helps'}  {item['text']}")
+
+
+def headline(cfg, plan) -> str:
+    """The plan's first line: the model on which cards, and the trainer's shape it is planned at."""
+    from grpo_exp.planning.inputs import activation_checkpointing, planned_prompt
+
+    t = cfg.trainer
+    if plan.device == "cuda":
+        where = f"{len(plan.nodes)} x {plan.gpus_per_node} {plan.gpu_name or 'GPU'} ({plan.gpu_memory_gib:.2f} GiB"
+        where += {"topology": ", the topology's)", "detected": ", detected here)"}.get(plan.card_source, ", assumed)")
+    else:
+        where = f"{len(plan.nodes)} node(s) x {plan.nodes[0].train_procs} CPU process(es)"
+    steps = t.steps_per_generation or t.gradient_accumulation_steps
+    return (
+        f"{cfg.model.name} on {where}: per-device batch {t.per_device_train_batch_size} x {t.num_generations} "
+        f"generations, {planned_prompt(cfg)} prompt + {t.max_completion_length} completion tokens, activation "
+        f"checkpointing {'on' if activation_checkpointing(t) else 'off'}, {steps} step(s) per generation"
+    )

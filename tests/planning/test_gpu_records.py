@@ -30,7 +30,12 @@ def replanned(record: Path) -> dict:
         f"deepspeed={'zero2' if cfg.deepspeed and cfg.deepspeed.zero_optimization.stage == 2 else 'none'}",
         f"data.max_prompt_length={cfg.data.max_prompt_length}",
     ]
-    for key in ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length"):
+    for key in (
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "num_generations",
+        "max_completion_length",
+    ):
         overrides.append(f"trainer.{key}={t[key]}")
     overrides.append(f"trainer.activation_checkpointing={str(bool(t.activation_checkpointing)).lower()}")
     return planned(*overrides).memory["train"]
