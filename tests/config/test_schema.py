@@ -115,10 +115,12 @@ def test_every_grpo_config_field_is_settable_or_owned():
 
 
 def test_trainer_defaults_are_trls_except_the_yaml_deltas():
-    """One source per default: TRL's, except what conf/trainer/grpo.yaml sets (each with a reason)."""
+    """One source per default: TRL's, except what conf/trainer/grpo.yaml and the tiny model's demo shape
+    (conf/model/tiny.yaml) set (each with a reason)."""
     from trl import GRPOConfig
 
-    yaml_keys = set(OmegaConf.load(CONF / "trainer" / "grpo.yaml"))
+    demo_shape = set(OmegaConf.load(CONF / "model" / "tiny.yaml").trainer)
+    yaml_keys = set(OmegaConf.load(CONF / "trainer" / "grpo.yaml")) | demo_shape
     aliases = {key.split(".", 1)[1] for key in ALIASES}  # default "unset" (None): keys.resolve tells them apart
     trainer = OmegaConf.to_container(compose_cfg().trainer, resolve=True)
     for name, f in _grpo_fields().items():

@@ -62,6 +62,7 @@ def test_activation_logit_and_kv_components_hand_computed():
         "trainer.per_device_train_batch_size=2",
         "trainer.max_completion_length=1024",
         "data.max_prompt_length=512",
+        "trainer.activation_checkpointing=false",
     )
     c = memory.estimate_train(x).components
     s, h, q, kv, f, V, C = 1536, 3584, 3584, 512, 18944, 152064, 1024
@@ -207,7 +208,11 @@ def test_known_cases_verdicts():
     )
     assert not memory.estimate(seed).fits
     big = plan_inputs(
-        "model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16", "trainer.max_completion_length=2048"
+        "model=qwen7b",
+        "topology=1x8",
+        "trainer.per_device_train_batch_size=16",
+        "trainer.max_completion_length=2048",
+        "trainer.activation_checkpointing=false",
     )
     ranked = fixes.suggest(big)
     first = ranked[0]
@@ -223,7 +228,8 @@ def test_action_plan_prints_the_breakdown_and_writes_memory_fields(tmp_path, cap
 
     run_dir = tmp_path / "run"
     overrides = ("model=qwen7b", "topology=1x8", "trainer.per_device_train_batch_size=16")
-    ended = run_job(*overrides, "trainer.max_completion_length=2048", "action=plan", run_dir=run_dir)
+    checkpointing = "trainer.activation_checkpointing=false"
+    ended = run_job(*overrides, "trainer.max_completion_length=2048", checkpointing, "action=plan", run_dir=run_dir)
     out = capsys.readouterr().out
     assert ended.code == 0
     assert "train: peak per GPU" in out and "OOM" in out and "what would fit" in out
