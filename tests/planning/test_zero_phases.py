@@ -46,7 +46,7 @@ def test_the_fp32_gradients_live_in_the_step_never_in_backward(stage, monkeypatc
 
 
 def test_a_step_larger_than_backward_is_the_train_phase(monkeypatch):
-    shape = ("model=qwen0.5b", "topology=1x1", "trainer.per_device_train_batch_size=1", "trainer.num_generations=2")
+    shape = ("model=qwen0.5b", "topology=1x1", "trainer.per_device_train_batch_size=2", "trainer.num_generations=2")
     x = planned("deepspeed=zero2", *shape).inputs  # checkpointed activations of one sequence: a small backward
     with_copy, without = _with_and_without_copy(x, monkeypatch)
     assert with_copy.phases["train"] > without.phases["train"]  # the step's fp32 copy outgrows backward's tensors
@@ -62,7 +62,10 @@ def test_sub_group_size_moves_only_the_step():
     stepping = plan(*shape)
     smaller = plan(*shape, "++deepspeed.zero_optimization.sub_group_size=10000000")
     assert stepping["phases_gib"]["train"] > smaller["phases_gib"]["train"]
-    assert stepping["phases_gib"]["optimizer"] == pytest.approx(smaller["phases_gib"]["optimizer"])
+    def resident(p):  # the optimizer phase less the reserve (a fraction of the largest phase)
+        return p["phases_gib"]["optimizer"] - p["components_gib"]["allocator_reserve"]
+
+    assert resident(stepping) == pytest.approx(resident(smaller))
 
 
 @pytest.mark.slow  # one torchrun of two DeepSpeed ranks, four engines (~15 s)
