@@ -100,6 +100,43 @@ def unresolvable(cfg) -> list[Problem]:
     return problems
 
 
+def mistyped_interpolations(cfg) -> list[Problem]:
+    """Values whose interpolation resolves to what the schema's type refuses (`peft.target_modules=${seed}`: an
+    int for a list): the schema checks an interpolation's text when composing, never its value. Each is put into
+    a fresh typed schema, as composing would have put the value."""
+    from omegaconf import DictConfig, ListConfig
+
+    problems = []
+
+    def walk(node, prefix: str) -> None:
+        for key in node.keys() if isinstance(node, DictConfig) else range(len(node)):
+            full = f"{prefix}{key}"
+            if OmegaConf.is_interpolation(node, key):
+                problems.extend(_typed(full, node[key]))
+                continue
+            child = node._get_node(key)
+            if isinstance(child, (DictConfig, ListConfig)):
+                walk(child, f"{full}.")
+
+    walk(cfg, "")
+    return problems
+
+
+def _typed(key: str, value) -> list[Problem]:
+    from omegaconf import DictConfig, ListConfig
+
+    plain = OmegaConf.to_container(value, resolve=True) if isinstance(value, (DictConfig, ListConfig)) else value
+    schema = OmegaConf.structured(Config)
+    if OmegaConf.select(schema, key, default="<absent>") == "<absent>" or is_open_mapping(key.rsplit(".", 1)[0]):
+        return []  # a key of an open mapping: any value is its own
+    try:
+        OmegaConf.update(schema, key, plain, merge=False)
+    except (ValidationError, ConfigKeyError, ConfigAttributeError) as exc:
+        why = str(exc).splitlines()[0]
+        return [Problem(key, f"is {plain!r} once its interpolation resolves: {why}", f"give {key} a value of its type")]
+    return []
+
+
 def unknown_key(key: str) -> Problem:
     """`key` is not in the schema: name the key that sets it if grpo_exp owns it, its home if it is a
     name from TRL's scripts, older TRL or open-r1, else the nearest valid names."""

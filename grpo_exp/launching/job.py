@@ -129,6 +129,8 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
         OmegaConf.to_container(cfg, resolve=True)
     except OmegaConfBaseException as exc:
         return errors.unresolvable(cfg) or [errors.as_problem(exc)]
+    if mistyped := errors.mistyped_interpolations(cfg):
+        return mistyped
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
     if not problems and cfg.launcher.name == "kubernetes":  # imported here: a plan's start-up does not pay for it
         from grpo_exp.launching import kubernetes

@@ -183,5 +183,8 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
 
 def residual_asleep(engine: Engine) -> float:
     """What a sleeping engine keeps (TRL sleeps at level 2: weights and KV cache released). The CUDA-graph
-    pools, non-torch memory and the CUDA context stay (vLLM's sleep mode frees only its tagged pools)."""
+    pools, non-torch memory and the CUDA context stay (vLLM's sleep mode frees only its tagged pools). vLLM's CPU
+    build has no such pools to free: its engine keeps all it holds."""
+    if "cuda_graphs" not in engine.components:
+        return engine.peak
     return engine.components["cuda_graphs"] + engine.components["non_torch"]

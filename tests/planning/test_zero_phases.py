@@ -55,13 +55,16 @@ def test_a_step_larger_than_backward_is_the_train_phase(monkeypatch):
 def test_sub_group_size_moves_only_the_step():
     shape = ("model=qwen1.5b", "topology=1x2", "deepspeed=zero3", "vllm=off", "topology.gpu_memory_gib=80")
     big = plan(*shape, "trainer.activation_checkpointing=false")
-    small = plan(*shape, "trainer.activation_checkpointing=false", "++deepspeed.zero_optimization.sub_group_size=10000000")
+    small = plan(
+        *shape, "trainer.activation_checkpointing=false", "++deepspeed.zero_optimization.sub_group_size=10000000"
+    )
     assert small["phases_gib"] == pytest.approx(big["phases_gib"])  # backward, far larger, is the train phase
     assert big["components_gib"]["fp32_gradients"] - small["components_gib"]["fp32_gradients"] > 2.0
     # with checkpointing the step outgrows backward: the smaller sub-group lowers the train phase
     stepping = plan(*shape)
     smaller = plan(*shape, "++deepspeed.zero_optimization.sub_group_size=10000000")
     assert stepping["phases_gib"]["train"] > smaller["phases_gib"]["train"]
+
     def resident(p):  # the optimizer phase less the reserve (a fraction of the largest phase)
         return p["phases_gib"]["optimizer"] - p["components_gib"]["allocator_reserve"]
 
