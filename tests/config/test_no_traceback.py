@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_exp.launching import job
-from tests.helpers import group_options, report, run_job, run_driver
+from tests.helpers import group_options, report, run_driver, run_job
 
 
 def test_a_colocated_engine_on_a_cpu_machine_plans(tmp_path):
