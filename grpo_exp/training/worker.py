@@ -351,6 +351,10 @@ def _record(state: _Rank, ended: dict) -> None:
         measured = state.meter.metrics() if state.meter is not None else {}
         if state.phases is not None:
             measured.update(phases.throughput(state.phases, state.callback.last_logs))
+        if ended["status"] != "completed" and state.phases is not None:
+            # the steps since the last logging step were never gathered: the phases that finished and what the
+            # dying phase reached (its segment closed as the exception left it) are this rank's own figures
+            phases.run_peaks(phases.aggregate([state.phases.take_window()], [phases.this_node()]), state.peaks)
         previous = rundir.read_summary(state.run_dir)  # a resumed run's peaks cover every segment
         peaks = {k: max(v, previous.get(k, v)) for k, v in state.peaks.items()}
         ended.update(
