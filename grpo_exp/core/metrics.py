@@ -12,6 +12,7 @@ Whole run (summary.json):
     plan/vllm_engine/<component>_gib, plan/vllm_engine/kv_tokens   the engine per GPU (server or colocated)
     memory/vllm/startup/<figure>       what vLLM itself logged at start-up (core/vllm_log.py)
     measured/train/<part>_gib, plan_error/train/model_states_pct
+    plan_error/train/<phase>_pct, plan_error/train/peak_pct   like with like (rundir.phase_measure), for trackers
     time/<phase>_s, time/<phase>_share, throughput/tokens_per_s, telemetry/overhead_s, telemetry/overhead_share
 Agentic runs, per logging step: TRL's tools/call_frequency and tools/failure_frequency, and
 tools/dropped_result_frequency (measured_trainer.py).
@@ -30,6 +31,13 @@ VLLM = "vllm"  # the vLLM server's GPUs (server mode), read through NVML by rank
 RANK_STATS = ("mean", "min", "argmax_rank")  # beside each per-step maximum over ranks
 TOKENS_PER_S = "throughput/tokens_per_s"
 MODEL_STATES_ERROR = "plan_error/train/model_states_pct"
+
+
+def plan_error(phase: str) -> str:
+    """The planner's error on one phase (or "peak"), in percent of the measured value."""
+    return f"plan_error/train/{phase}_pct"
+
+
 OVERHEAD_S = "telemetry/overhead_s"
 OVERHEAD_SHARE = "telemetry/overhead_share"
 # TRL's own, logged when the run has tools (env.*): tool calls per episode, and the share of calls that failed.

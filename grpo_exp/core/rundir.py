@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp import PHASES
 from grpo_exp.core import metrics
 
 CONFIG = "config.yaml"
@@ -109,7 +110,10 @@ def read_overrides(run_dir: Path) -> list[str]:
 
 # The measured peak of a run, by preference: the GPU caching allocator's reserved bytes, the whole device
 # (NVML), the host RSS (CPU runs have only that). Reports, comparisons and calibration all read this.
-MEASURED_PEAK_STATS = ("reserved_max", "device_used_max", "host_rss_max")
+# The run's peak as what OOMs: NVML's device memory on a GPU (the allocator's reserve, the CUDA context and NCCL's
+# buffers all count), the reserve where NVML was not read, a CPU rank's RSS. The plan's total is the same quantity.
+MEASURED_PEAK_STATS = ("device_used_max", "reserved_max", "host_rss_max")
+PHASE_TENSORS_STAT = "alloc_max"  # a phase on a GPU: the tensors alive, the allocator's sticky reserve left out
 
 
 def measured_peak(summary: dict, phase: str | None = None) -> tuple[str, float] | None:
@@ -119,6 +123,33 @@ def measured_peak(summary: dict, phase: str | None = None) -> tuple[str, float] 
         if value is not None:
             return stat, value
     return None
+
+
+def phase_measure(summary: dict, phase: str) -> tuple[str, float | None, float | None]:
+    """(stat, measured GiB, planned GiB) of one phase, like with like: on a GPU the tensors alive (alloc_max) against
+    the plan's tensors (the phase less its runtime and allocator_reserve: the caching allocator keeps the largest
+    phase's blocks, so a phase's reserve says nothing of the phase); on CPU ranks the RSS against the phase."""
+    planned = summary.get(metrics.plan_phase("train", phase))
+    measured = summary.get(metrics.peak_phase(phase, PHASE_TENSORS_STAT))
+    if measured is not None:
+        overhead = sum(summary.get(metrics.plan_component("train", c)) or 0.0 for c in ("runtime", "allocator_reserve"))
+        return PHASE_TENSORS_STAT, measured, planned - overhead if planned is not None else None
+    found = measured_peak(summary, phase)
+    return (found[0], found[1], planned) if found else ("host_rss_max", None, planned)
+
+
+def plan_errors(summary: dict) -> dict[str, float]:
+    """The planner's error per phase and on the peak, like with like (phase_measure; the peak as measured_peak),
+    in percent of the measured value: the keys a tracker and `compare` show."""
+    out = {}
+    for phase in PHASES:
+        _, measured, planned = phase_measure(summary, phase)
+        if measured and planned is not None:
+            out[metrics.plan_error(phase)] = 100 * (planned - measured) / measured
+    found, planned = measured_peak(summary), summary.get(metrics.plan_peak("train"))
+    if found and found[1] and planned is not None:
+        out[metrics.plan_error("peak")] = 100 * (planned - found[1]) / found[1]
+    return out
 
 
 def run_dirs(path: Path) -> list[Path]:

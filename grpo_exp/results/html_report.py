@@ -44,19 +44,12 @@ def phase_figure(runs: list):
 
     fig = go.Figure()
     for run in runs:
-        s = run.summary
-        stat = _stat(s)
-        phases = [
-            p for p in PHASES if s.get(metrics.peak_phase(p, stat)) is not None or s.get(metrics.plan_phase("train", p))
-        ]
-        fig.add_bar(name=f"{run.name} measured", x=phases, y=[s.get(metrics.peak_phase(p, stat)) for p in phases])
-        fig.add_bar(
-            name=f"{run.name} planned",
-            x=phases,
-            y=[s.get(metrics.plan_phase("train", p)) for p in phases],
-            marker_pattern_shape="/",
-        )
-    fig.update_layout(title="peak memory per phase: measured and planned (GiB per training process)", barmode="group")
+        measures = {p: rundir.phase_measure(run.summary, p) for p in PHASES}
+        phases = [p for p, (_, measured, planned) in measures.items() if measured is not None or planned]
+        fig.add_bar(name=f"{run.name} measured", x=phases, y=[measures[p][1] for p in phases])
+        fig.add_bar(name=f"{run.name} planned", x=phases, y=[measures[p][2] for p in phases], marker_pattern_shape="/")
+    title = "peak memory per phase: measured and planned (GiB per training process; on a GPU the tensors alive)"
+    fig.update_layout(title=title, barmode="group")
     return fig
 
 

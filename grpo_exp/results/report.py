@@ -18,6 +18,15 @@ def _measure(summary: dict) -> str:
     return found[0] if found else "host_rss_max"
 
 
+def _compared(summary: dict) -> str:
+    """What the memory table compares, said in its title."""
+    peak = _measure(summary)
+    phase = rundir.phase_measure(summary, "train")[0]
+    if phase == peak:
+        return f"{peak} measured vs planned"
+    return f"phases {phase} vs the planned tensors, peak {peak} vs the planned total"
+
+
 def _gib(value) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
 
@@ -33,8 +42,7 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
     stat = _measure(summary)
     rows = []
     for phase in PHASES:
-        measured = summary.get(metrics.peak_phase(phase, stat))
-        planned = summary.get(metrics.plan_phase("train", phase))
+        _, measured, planned = rundir.phase_measure(summary, phase)
         if measured is not None or planned is not None:
             rows.append(("train", phase, _gib(measured), _gib(planned), _error(measured, planned)))
     rows.append(
@@ -157,7 +165,7 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     for line in headline(summary):
         console.print(f"  {line}")
     # titles on a line of their own: a table's title wraps at the table's width (~55 columns)
-    console.print(f"[italic]peak memory per process (GiB, {_measure(summary)}; max over ranks): measured vs planned")
+    console.print(f"[italic]GiB per process, max over ranks: {_compared(summary)}")
     table = Table()
     for column, justify in (
         ("role", "left"),

@@ -132,8 +132,10 @@ class WandbTracker:
 
 
 def _summary_metrics(summary: dict) -> dict[str, float]:
-    """The run summary's numbers (plan/*, time/*, memory/peak/*, ...): what a tracker keeps beside the steps."""
-    return {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    """The run summary's numbers (plan/*, time/*, memory/peak/*, ...) and the planner's errors like with like
+    (plan_error/train/*): what a tracker keeps beside the steps."""
+    numbers = {k: float(v) for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {**numbers, **rundir.plan_errors(summary)}
 
 
 class MlflowTracker:
