@@ -59,7 +59,7 @@ def _nvml() -> list[Card] | None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             name = pynvml.nvmlDeviceGetName(handle)
             name = name.decode() if isinstance(name, bytes) else name
-            cards.append(Card(name, pynvml.nvmlDeviceGetMemoryInfo(handle).total / GIB))
+            cards.append(Card(name, round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / GIB, 2)))
         return cards
     finally:
         pynvml.nvmlShutdown()
@@ -80,5 +80,5 @@ def _torch() -> list[Card]:
     cards = []
     for index in range(torch.cuda.device_count()):
         _, total = torch.cuda.mem_get_info(index)
-        cards.append(Card(torch.cuda.get_device_name(index), total / GIB))
+        cards.append(Card(torch.cuda.get_device_name(index), round(total / GIB, 2)))
     return cards

@@ -191,18 +191,20 @@ def host_capacity_bytes(cfg: DictConfig, plan) -> float | None:
     return None
 
 
-def planned_prompt(cfg: DictConfig) -> int:
-    """The prompt tokens a batch holds: the data's longest prompt where the plan can count it (prompt_tokens.py),
-    never more than data.max_prompt_length; unbounded and uncounted, 512 (a note says so)."""
+def planned_prompt(cfg: DictConfig, device: str) -> int:
+    """The prompt tokens a batch holds: on a GPU the data's longest prompt where the plan can count it
+    (prompt_tokens.py), never more than data.max_prompt_length; unbounded and uncounted, 512 (a note says so).
+    CPU ranks keep the bound: their plans (RSS, and address space under memory.limit_gib, which keeps what glibc
+    freed) were fitted with its margin."""
     bound = cfg.data.max_prompt_length or 512
-    counted = prompt_tokens.longest_prompt(cfg)
+    counted = prompt_tokens.longest_prompt(cfg) if device == "cuda" else None
     return bound if counted is None else min(bound, counted)
 
 
 def inputs(cfg: DictConfig, plan) -> Inputs:
     m, t, v, ds = cfg.model, cfg.trainer, cfg.vllm, cfg.deepspeed
     zero = ds.get("zero_optimization", {}) if ds else {}
-    prompt = planned_prompt(cfg)
+    prompt = planned_prompt(cfg, plan.device)
     capacity = capacity_bytes(cfg, plan)
     return Inputs(
         params=m.num_parameters,

@@ -54,6 +54,6 @@ def headline(cfg, plan) -> str:
     steps = t.steps_per_generation or t.gradient_accumulation_steps
     return (
         f"{cfg.model.name} on {where}: per-device batch {t.per_device_train_batch_size} x {t.num_generations} "
-        f"generations, {planned_prompt(cfg)} prompt + {t.max_completion_length} completion tokens, activation "
+        f"generations, {planned_prompt(cfg, plan.device)} prompt + {t.max_completion_length} completion tokens, activation "
         f"checkpointing {'on' if activation_checkpointing(t) else 'off'}, {steps} step(s) per generation"
     )

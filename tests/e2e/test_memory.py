@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grpo_exp.core import outcome, rundir
+from grpo_exp.core import metrics, outcome, rundir
 from grpo_exp.planning import calibrate
 from grpo_exp.results import compare, wandb_file
 from tests.helpers import driver_env, planned, report
@@ -86,6 +86,10 @@ def test_on_oom_fit_turns_a_predicted_oom_into_a_run_that_completes(cli, tmp_pat
     ]
     anyway, oom_dir = cli(*big, "preflight.on_oom=warn", run_dir=tmp_path / "anyway")
     assert anyway.returncode == outcome.EXIT_OOM, anyway.stdout[-2000:] + anyway.stderr[-2000:]
+    # an OOM keeps its record: the phases that finished before it, and what the dying phase reached
+    died = rundir.read_summary(oom_dir)
+    assert died[metrics.peak_phase("generate", "host_rss_max")] > 0
+    assert died[metrics.peak_phase(died["oom"]["phase"], "host_rss_max")] > 0
     result, run_dir = cli(*big, "preflight.on_oom=fit", run_dir=tmp_path / "fitted")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = rundir.read_summary(run_dir)
