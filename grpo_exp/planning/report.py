@@ -52,8 +52,9 @@ def headline(cfg, plan) -> str:
     else:
         where = f"{len(plan.nodes)} node(s) x {plan.nodes[0].train_procs} CPU process(es)"
     steps = t.steps_per_generation or t.gradient_accumulation_steps
+    prompt = planned_prompt(cfg, plan.device)
     return (
         f"{cfg.model.name} on {where}: per-device batch {t.per_device_train_batch_size} x {t.num_generations} "
-        f"generations, {planned_prompt(cfg, plan.device)} prompt + {t.max_completion_length} completion tokens, activation "
+        f"generations, {prompt} prompt + {t.max_completion_length} completion tokens, activation "
         f"checkpointing {'on' if activation_checkpointing(t) else 'off'}, {steps} step(s) per generation"
     )
