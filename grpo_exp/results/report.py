@@ -23,8 +23,8 @@ def _compared(summary: dict) -> str:
     peak = _measure(summary)
     phase = rundir.phase_measure(summary, "train")[0]
     if phase == peak:
-        return f"{peak} measured vs planned"
-    return f"phases {phase} vs the planned tensors, peak {peak} vs the planned total"
+        return f"peak memory per process (GiB, {peak}; max over ranks): measured vs planned"
+    return f"peak memory per process (GiB, max over ranks): phases {phase} vs planned tensors, peak {peak} vs plan"
 
 
 def _gib(value) -> str:
@@ -165,7 +165,7 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     for line in headline(summary):
         console.print(f"  {line}")
     # titles on a line of their own: a table's title wraps at the table's width (~55 columns)
-    console.print(f"[italic]GiB per process, max over ranks: {_compared(summary)}")
+    console.print(f"[italic]{_compared(summary)}")
     table = Table()
     for column, justify in (
         ("role", "left"),

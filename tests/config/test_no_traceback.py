@@ -33,6 +33,7 @@ def test_an_interpolation_of_the_wrong_type_is_refused_by_its_key(override, key)
         assert text.startswith(f"{key}: ") and "interpolation" in text
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_an_experiment_name_longer_than_a_file_name_exits_2(tmp_path):
     result = run_driver(tmp_path, tmp_path / "cache", f"experiment={'x' * 300}", "action=plan")
     assert result.returncode == 2 and "Traceback" not in result.stderr + result.stdout
@@ -60,6 +61,7 @@ def configs(draw) -> list[str]:
     return chosen
 
 
+@pytest.mark.slow  # 25 driver jobs (~15 s)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(overrides=configs())
 def test_any_generated_config_plans_or_is_refused_without_a_traceback(overrides, tmp_path_factory):

@@ -79,6 +79,7 @@ def test_no_card_and_no_size_is_planned_as_80_gib_with_a_note():
     assert any("no GPU detected here" in n for n in found["notes"])
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_real_model_plans_with_trls_trainer_shape_and_the_first_line_says_it(tmp_path):
     result = run_driver(tmp_path, tmp_path / "cache", "model=qwen7b", "topology=2x8", "action=plan")
     first = result.stdout.splitlines()[0]
@@ -99,6 +100,7 @@ def test_the_tiny_model_keeps_its_demo_shape_and_the_command_line_wins():
     assert planned("trainer.max_completion_length=48").cfg.trainer.max_completion_length == 48
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_a_chosen_topology_holds_over_the_experiments_values(tmp_path):
     result = run_driver(
         tmp_path, tmp_path / "cache", "experiment=open_r1_demo", "topology=2x8", "vllm=server", "action=plan"
