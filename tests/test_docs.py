@@ -119,10 +119,11 @@ def run_cli(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
 
 
 def plan_block(output: str) -> str:
-    """The part of a plan README.md shows: the memory table and the ranked fixes."""
+    """The part of a plan README.md shows: its first line (the card and the trainer's shape), the memory table and
+    the ranked fixes."""
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("train: peak"))
-    kept = []
+    kept = [lines[0]]
     for line in lines[start:]:
         if line.startswith("["):  # the log line that follows the plan
             break
