@@ -125,10 +125,12 @@ def read_architecture(config_json: Path) -> dict:
     ):
         raise ModelInfoError(f"architectures {architectures} has no causal LM head (…ForCausalLM)")
     text = config.get("text_config") or config
-    if config.get("vision_config") is not None:
+    vision = vision_tower(config, Path(config_json).parent)
+    if config.get("vision_config") is not None and vision is None:
         notes.append(
             "vision-language model: its vision tower is counted in the weights (and, trained in full, in gradients and "
-            "optimizer states); image tokens' share of the sequence and the tower's activations are not modelled"
+            "optimizer states); its layout is not Qwen2-VL's, so image tokens' share of the sequence and the tower's "
+            "activations are not modelled"
         )
     numbers = {
         key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()
@@ -186,9 +188,35 @@ def read_architecture(config_json: Path) -> dict:
         **numbers,
         "num_parameters": int(num_parameters),
         "vision_parameters": (facts or {}).get("vision_parameters", 0),
+        "vision": vision,
         "quantization": quantization,
         "planner_notes": notes,
     }
+
+
+def vision_tower(config: dict, folder: Path) -> dict | None:
+    """model.vision for a Qwen2-VL / Qwen2.5-VL config.json (planning/vision.py's numbers), the pixel bounds from
+    the image processor's preprocessor_config.json beside it; None for a text model or another tower layout."""
+    v = config.get("vision_config")
+    if not v or v.get("depth") is None or v.get("spatial_merge_size") is None:
+        return None
+    width = v.get("embed_dim") or v.get("hidden_size")  # Qwen2-VL's hidden_size is the merger's output
+    tower = {
+        "depth": v["depth"],
+        "hidden_size": width,
+        "intermediate_size": v.get("intermediate_size") or int(width * v.get("mlp_ratio", 4)),
+        "num_heads": v["num_heads"],
+        "patch_size": v.get("patch_size", 14),
+        "temporal_patch_size": v.get("temporal_patch_size", 2),
+        "spatial_merge_size": v["spatial_merge_size"],
+    }
+    processor = folder / "preprocessor_config.json"
+    if processor.is_file():
+        p = json.loads(processor.read_text())
+        size = p.get("size") or {}
+        tower["min_pixels"] = p.get("min_pixels") or size.get("shortest_edge") or 3136
+        tower["max_pixels"] = p.get("max_pixels") or size.get("longest_edge") or 12845056
+    return tower
 
 
 def _quantization(config: dict | None) -> dict | None:
@@ -282,6 +310,10 @@ def complete(model: DictConfig) -> list[Problem]:
             model[key] = arch[key]
         if model.dtype == "auto":  # the checkpoint's own dtype, concrete so the planner can size weights
             model.dtype = arch["dtype"]
+        if arch["vision"] is not None and model.get("vision") is None:
+            from grpo_exp.config.schema import VisionConfig
+
+            model.vision = VisionConfig(**arch["vision"])
         if arch["quantization"] is not None and model.get("quantization") is None:  # stored quantized: planned so
             from grpo_exp.config.schema import QuantizationConfig
 
@@ -380,6 +412,12 @@ def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
         f"max_position_embeddings: {arch['max_position_embeddings']}",
         f"num_parameters: {arch['num_parameters']}",
     ]
+    if arch.get("vision"):
+        lines.append(f"vision_parameters: {arch['vision_parameters']}  # the vision tower's, within num_parameters")
+        lines.append(
+            "vision:  # its tower: activations per patch of every image of every generation (planning/vision.py)"
+        )
+        lines += [f"  {key}: {value}" for key, value in arch["vision"].items()]
     if arch["planner_notes"]:
         lines.append("planner_notes:  # what the planner does not model for this architecture")
         lines += [f"  - {json.dumps(note)}" for note in arch["planner_notes"]]

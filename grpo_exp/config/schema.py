@@ -39,6 +39,22 @@ class QuantizationConfig:
 
 
 @dataclass
+class VisionConfig:
+    """A vision-language model's vision tower (config.json's vision_config; the image processor's pixel bounds from
+    preprocessor_config.json): what its activations and the image tokens it adds to a prompt are planned from."""
+
+    depth: int = MISSING  # transformer blocks: activations grow linearly with them
+    hidden_size: int = MISSING  # the blocks' width (Qwen2-VL: embed_dim)
+    intermediate_size: int = MISSING  # the blocks' MLP width (Qwen2-VL: embed_dim x mlp_ratio)
+    num_heads: int = MISSING
+    patch_size: int = 14  # pixels per patch side
+    temporal_patch_size: int = 2  # frames per patch (an image is repeated to fill them)
+    spatial_merge_size: int = 2  # patches merged per side into one token of the language model
+    min_pixels: int = 3136  # the image processor resizes every image into [min_pixels, max_pixels]
+    max_pixels: int = 12845056
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING  # short name used in run names and W&B tags
     name_or_path: Optional[str] = None  # hub id or local directory; null builds the local tiny model
@@ -60,6 +76,7 @@ class ModelConfig:
     num_parameters: int = MISSING  # exact count for these numbers (tests check it on the meta device)
     # Parameters of a vision-language model's vision tower (included in num_parameters); 0 for a text model.
     vision_parameters: int = 0
+    vision: Optional[VisionConfig] = None  # the vision tower's shape (model-info reads it); null for a text model
     quantization: Optional[QuantizationConfig] = None  # null: 16/32-bit weights (model.dtype)
     planner_notes: List[str] = field(default_factory=list)  # what the planner does not model for this architecture
     # A Jinja chat template given to the tokenizer instead of its own (open-r1's `chat_template` for base models);
@@ -86,6 +103,11 @@ class DataConfig:
     # Prompts longer than this many tokens (chat template applied) are dropped before training.
     # Long prompts are the first cause of GRPO OOMs: memory grows with prompt + completion length.
     max_prompt_length: Optional[int] = None
+    # Vision-language models: images in each prompt and their size in pixels [height, width] (null: the image
+    # processor's max_pixels, the largest it makes). Each adds (h/patch x w/patch) / merge^2 tokens to the prompt and
+    # its patches' activations to the vision tower; GRPO repeats every image for each generation.
+    images_per_prompt: int = 0
+    image_size: Optional[List[int]] = None
     # Held-out prompts for trainer.eval_strategy: a file or directory in any format data=hf reads (same
     # columns), or a split of data.path (hf, gsm8k loaders). GRPO evaluates by generating for them.
     eval_path: Optional[str] = None

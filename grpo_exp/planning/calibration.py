@@ -38,7 +38,7 @@ GROUPS = {
         "fsdp_full_tensor",
         "dequantized_weights",
     ),
-    "activations": ("activations",),
+    "activations": ("activations", "vision_activations"),
     "logits": ("logits",),
 }
 FLOOR = 0.05  # no component is fitted away entirely

@@ -4,13 +4,14 @@ variants in milliseconds. Pure Python: no torch import.
 """
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import GIB
 from grpo_exp.config import env
 from grpo_exp.core import packages
-from grpo_exp.planning import calibration, placement, prompt_tokens
+from grpo_exp.planning import calibration, placement, prompt_tokens, vision
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
@@ -91,6 +92,10 @@ class Inputs:
     vllm_dtype_bytes: int = 2  # what vLLM serves: dtype=auto makes an fp32 checkpoint bf16; a server's --dtype
     vllm_cpu_kv_bytes: float = 2**30  # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE (vllm.cpu_kv_cache_gib)
     weight_sync: str = "nccl"  # a server's: nccl | filesystem (placement.weight_sync)
+    # A vision-language model's tower (model.vision, a namespace of its numbers; None for a text model) and the patches
+    # of one sequence's images (data.images_per_prompt x the patches of one image): vision.py
+    vision: object = None
+    vision_patches: int = 0
 
     @property
     def kv_dim(self) -> int:
@@ -195,10 +200,23 @@ def planned_prompt(cfg: DictConfig, device: str) -> int:
     """The prompt tokens a batch holds: on a GPU the data's longest prompt where the plan can count it
     (prompt_tokens.py), never more than data.max_prompt_length; unbounded and uncounted, 512 (a note says so).
     CPU ranks keep the bound: their plans (RSS, and address space under memory.limit_gib, which keeps what glibc
-    freed) were fitted with its margin."""
+    freed) were fitted with its margin. A vision-language model's images add their tokens (vision.py)."""
     bound = cfg.data.max_prompt_length or 512
     counted = prompt_tokens.longest_prompt(cfg) if device == "cuda" else None
-    return bound if counted is None else min(bound, counted)
+    text = bound if counted is None else min(bound, counted)
+    return text + image_tokens(cfg)
+
+
+def _vision(cfg: DictConfig):
+    """model.vision as plain numbers (None for a text model)."""
+    v = cfg.model.get("vision")
+    return SimpleNamespace(**OmegaConf.to_container(v, resolve=True)) if v is not None else None
+
+
+def image_tokens(cfg: DictConfig) -> int:
+    """Tokens a prompt's images add to the language model's sequence."""
+    v = _vision(cfg)
+    return cfg.data.images_per_prompt * vision.image_tokens(v, cfg.data.image_size) if v is not None else 0
 
 
 def inputs(cfg: DictConfig, plan) -> Inputs:
@@ -260,6 +278,10 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
         **_quantization(cfg),
         weight_sync=placement.weight_sync(v, plan.device),
+        vision=_vision(cfg),
+        vision_patches=cfg.data.images_per_prompt * vision.image_patches(_vision(cfg), cfg.data.image_size)
+        if cfg.model.get("vision") is not None
+        else 0,
         **_vllm_engine(cfg, capacity),
     )
 

@@ -8,7 +8,7 @@ reported in GiB (2**30); no torch import. Formulas, sources and known limits: do
 from dataclasses import dataclass, field, replace
 
 from grpo_exp import GIB, PHASES
-from grpo_exp.planning import vllm_engine
+from grpo_exp.planning import vision, vllm_engine
 from grpo_exp.planning.calibration import GROUPS
 from grpo_exp.planning.inputs import Inputs
 
@@ -266,6 +266,7 @@ def _backward_terms(x: Inputs) -> dict[str, float]:
     # A quantized layer runs on a dequantized copy of its weight, one layer at a time (forward and backward).
     largest_linear = max(x.hidden * x.intermediate, x.hidden * x.q_dim)
     return {
+        "vision_activations": _vision_activations(x),
         "reference_model": x.params * wb / ref_share if x.ref_model else 0.0,
         "zero1_full_gradients": trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0,
         "activations": activations,
@@ -279,6 +280,14 @@ def _backward_terms(x: Inputs) -> dict[str, float]:
         "fsdp_full_tensor": _fsdp_full_tensor(x),
         "dequantized_weights": largest_linear * x.compute_bytes if x.quantized_params else 0.0,
     }
+
+
+def _vision_activations(x: Inputs) -> float:
+    """A trained vision tower's saved activations for this micro-batch's images (vision.py): every completion
+    carries its prompt's images. A frozen tower (LoRA on the language model) keeps none."""
+    if x.vision is None or not x.vision_patches or x.lora_params:
+        return 0.0
+    return vision.activations(x.vision, x.batch * x.vision_patches, x.activation_bytes, x.checkpointing)
 
 
 def _generation_terms(x: Inputs) -> dict[str, float]:
@@ -329,6 +338,7 @@ def phase_tensors(x: Inputs, c: dict[str, float]) -> dict[str, float]:
     gradients = c["gradients"] + c["zero1_full_gradients"]
     backward = (
         c["activations"]
+        + c["vision_activations"]
         + c["autocast_weights"]
         + c["logits"]
         + gradients

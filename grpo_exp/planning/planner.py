@@ -17,7 +17,7 @@ from grpo_exp.config import env
 from grpo_exp.planning import host_memory, placement, vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
-from grpo_exp.planning.inputs import Inputs, host_capacity_bytes, inputs
+from grpo_exp.planning.inputs import Inputs, host_capacity_bytes, image_tokens, inputs
 from grpo_exp.planning.memory import estimate, sync_copy_bytes
 
 
@@ -239,6 +239,21 @@ def _episode_notes(cfg: DictConfig, x: Inputs) -> list[str]:
     return notes
 
 
+def _vision_note(cfg: DictConfig, x: Inputs) -> str:
+    """What the plan holds of a vision-language model's tower: its weights, and its images where it knows them."""
+    trained = "frozen under LoRA" if x.lora_params else "trained: gradients and optimizer states too"
+    note = f"vision tower: {cfg.model.vision_parameters / 1e9:.2f}B of the {x.params / 1e9:.2f}B parameters ({trained})"
+    if x.vision is None:
+        return note + "; its images' tokens and activations are not modelled for this layout"
+    if not cfg.data.images_per_prompt:
+        return note + "; data.images_per_prompt=0: prompts planned without images (set it and data.image_size)"
+    size = cfg.data.image_size or "the processor's max_pixels"
+    return (
+        f"{note}; {cfg.data.images_per_prompt} image(s) of {size} per prompt: {image_tokens(cfg)} prompt tokens and "
+        f"{x.vision_patches} patches per completion, repeated for every generation"
+    )
+
+
 def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
     """Settings that change what runs in a way the plan reads differently from the user's intent."""
     notes = placement.cpu_notes(cfg) if x.vllm_mode != "off" and x.device == "cpu" else []
@@ -261,11 +276,7 @@ def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
             "(trainer.per_device_eval_batch_size) between steps: planned as no larger than a training generation batch"
         )
     if cfg.model.get("vision_parameters"):
-        notes.append(
-            f"vision tower: {cfg.model.vision_parameters / 1e9:.2f}B of the {x.params / 1e9:.2f}B parameters, in "
-            "weights "
-            f"({'frozen under LoRA' if x.lora_params else 'trained: gradients and optimizer states too'})"
-        )
+        notes.append(_vision_note(cfg, x))
     if x.vllm_mode == "off" and cfg.trainer.use_transformers_continuous_batching:
         notes.append(
             "trainer.use_transformers_continuous_batching: transformers reserves a paged KV cache for generate() "

@@ -188,3 +188,51 @@ def _layer_input_bytes(model, arch: dict, batch: int, prompt: int, completion: i
 
 def _hidden(args, kwargs):
     return args[0] if args else kwargs["hidden_states"]
+
+
+def measure_vision(
+    vision: dict, images: int, image_patches: tuple[int, int], dtype: str = "float32", checkpointing: bool = False
+) -> int:
+    """Saved-for-backward bytes of a random-init Qwen2-VL vision tower (`vision`: model.vision's numbers) over
+    `images` images of `image_patches` (rows, columns) patches: what planning/vision.py's activations predict. With
+    checkpointing, each block's input is kept and one block is recomputed at a time (as for the text layers)."""
+    import torch
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLVisionConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VisionTransformerPretrainedModel
+
+    config = Qwen2VLVisionConfig(
+        depth=vision["depth"],
+        embed_dim=vision["hidden_size"],
+        mlp_ratio=vision["intermediate_size"] // vision["hidden_size"],  # Qwen2-VL: an int ratio
+        num_heads=vision["num_heads"],
+        patch_size=vision["patch_size"],
+        spatial_merge_size=vision["spatial_merge_size"],
+        temporal_patch_size=vision["temporal_patch_size"],
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    tower = Qwen2VisionTransformerPretrainedModel._from_config(config, dtype=getattr(torch, dtype)).train()
+    rows, columns = image_patches
+    grid = torch.tensor([[1, rows, columns]] * images)
+    pixels = torch.randn(
+        images * rows * columns, 3 * vision["temporal_patch_size"] * vision["patch_size"] ** 2, dtype=tower.dtype
+    )
+    parameters = {p.untyped_storage().data_ptr() for p in tower.parameters()}
+    seen: set[int] = set()
+    total = [0]
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in seen and storage.data_ptr() not in parameters and storage.nbytes():
+            seen.add(storage.data_ptr())
+            total[0] += storage.nbytes()
+        return tensor
+
+    if checkpointing:
+        tower.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        tower(pixels, grid_thw=grid)
+    if checkpointing:  # one block alive while it is recomputed in backward
+        one_block = measure_vision({**vision, "depth": 1}, images, image_patches, dtype)
+        return total[0] + one_block - measure_vision({**vision, "depth": 0}, images, image_patches, dtype)
+    return total[0]

@@ -31,9 +31,16 @@ def test_deepspeed_over_nccl_on_one_rank(cli):
 def test_a_cuda_oom_keeps_its_record_and_on_oom_fit_fits(cli, tmp_path):
     """memory.limit_gib caps the allocator's fraction of the card: a batch the plan says cannot fit runs out of CUDA
     memory under on_oom=warn (recorded: the phases it ran, the allocator's numbers), and on_oom=fit completes."""
-    big = (*COMMON, "model=qwen0.5b", "model.name_or_path=null", "memory.limit_gib=6",
-           "trainer.per_device_train_batch_size=64", "trainer.num_generations=8", "trainer.max_completion_length=256",
-           "trainer.activation_checkpointing=false")
+    big = (
+        *COMMON,
+        "model=qwen0.5b",
+        "model.name_or_path=null",
+        "memory.limit_gib=6",
+        "trainer.per_device_train_batch_size=64",
+        "trainer.num_generations=8",
+        "trainer.max_completion_length=256",
+        "trainer.activation_checkpointing=false",
+    )
     anyway, oom_dir = cli(*big, "preflight.on_oom=warn", run_dir=tmp_path / "anyway")
     assert anyway.returncode == outcome.EXIT_OOM, anyway.stdout[-3000:]
     died = rundir.read_summary(oom_dir)

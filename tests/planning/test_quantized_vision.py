@@ -148,7 +148,7 @@ def test_a_vision_language_model_is_planned_with_its_vision_tower(qwen2_vl):
     assert 0.6e9 < cfg.model.vision_parameters < 0.7e9
     assert memory["train"]["components_gib"]["weights"] == pytest.approx(2208985600 * 2 / 2**30)
     assert any("vision tower" in note and "trained" in note for note in memory["notes"])
-    assert any("image tokens' share of the sequence" in note for note in memory["notes"])
+    assert any("data.images_per_prompt=0: prompts planned without images" in note for note in memory["notes"])
 
 
 def test_lora_on_a_vision_language_model_checks_its_real_layers(qwen2_vl):
