@@ -5,6 +5,7 @@ phases, host RAM per node, the notes and the ranked fixes."""
 def print_plan(memory: dict) -> None:
     """The breakdown as terminal tables (rich)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=110)
@@ -26,19 +27,19 @@ def print_plan(memory: dict) -> None:
             table.add_row(f"phase: {name}", f"{gib:.2f}")
         console.print(table)
         for note in r["notes"]:
-            console.print(f"  {note}")
+            console.print(f"  {note}", markup=False, highlight=False)
     for host in memory.get("host") or []:
         capacity = f" of {host['capacity_gib']:.1f} GiB" if host["capacity_gib"] is not None else " (RAM not given)"
         verdict = "" if host["capacity_gib"] is None else " - [green]fits[/]" if host["fits"] else " - [red]OOM[/]"
         nodes = ",".join(map(str, host["nodes"][:8])) + (" ..." if len(host["nodes"]) > 8 else "")
         parts = ", ".join(f"{k} {v:.1f}" for k, v in host["components_gib"].items() if v)
         console.print(f"host: RAM of node {nodes} {host['peak_gib']:.1f} GiB{capacity}{verdict} ({parts})")
-    for line in memory["errors"] + memory["notes"]:
-        console.print(f"  note: {line}")
+    for line in memory["errors"] + memory["notes"]:  # may quote a path or a user's value: text, not markup
+        console.print(f"  note: {line}", markup=False, highlight=False)
     if memory["suggestions"]:
         console.print("what would fit (ranked):")
         for item in memory["suggestions"]:
-            console.print(f"  {'[green]fits [/]' if item['fits'] else 'helps'}  {item['text']}")
+            console.print(f"  {'[green]fits [/]' if item['fits'] else 'helps'}  {escape(item['text'])}")
 
 
 def headline(cfg, plan) -> str:

@@ -252,9 +252,12 @@ def apply_calibration(runs: list[Run], path: Path) -> None:
 
 
 def _fmt(value) -> str:
+    """A cell as text: a run's values ([a,b] lists, error texts) are never read as rich markup."""
+    from rich.markup import escape
+
     if value is None:
         return ""
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+    return f"{value:.3g}" if isinstance(value, float) else escape(str(value))
 
 
 def table(runs: list[Run], title: str = "runs", full_keys: bool = False):
@@ -271,9 +274,10 @@ def table(runs: list[Run], title: str = "runs", full_keys: bool = False):
         out.add_column(column if full_keys else column.rsplit(".", 1)[-1], justify="left" if left else "right")
     for run, row in zip(runs, data, strict=True):
         style = None if row.get("status", row.get("verdict")) in ("completed", "fits") else "red"
+        cells = {key: _fmt(value) for key, value in row.items()}
         if run.path is not None:
-            row = {**row, "run": f"[link=file://{run.path}]{row['run']}[/link]"}
-        out.add_row(*(_fmt(v) for v in row.values()), style=style)
+            cells["run"] = f"[link=file://{run.path}]{cells['run']}[/link]"
+        out.add_row(*cells.values(), style=style)
     return out
 
 

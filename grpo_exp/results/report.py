@@ -18,6 +18,11 @@ def _measure(summary: dict) -> str:
     return found[0] if found else "host_rss_max"
 
 
+def printable(text: str) -> str:
+    """`text` as a terminal shows it safely: control characters (an ANSI escape a library printed) made visible."""
+    return "".join(c if c.isprintable() or c in "\t" else repr(c)[1:-1] for c in text)
+
+
 def _compared(summary: dict) -> str:
     """What the memory table compares, said in its title."""
     peak = _measure(summary)
@@ -157,13 +162,14 @@ def _tool_line(summary: dict) -> str | None:
 
 def print_report(run_dir: Path, summary: dict | None = None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     summary = summary if summary is not None else rundir.read_summary(run_dir)
     console = Console(width=100)
-    console.print(f"[bold]run report[/] {run_dir}")
-    for line in headline(summary):
-        console.print(f"  {line}")
+    console.print(f"[bold]run report[/] {escape(str(run_dir))}")
+    for line in headline(summary):  # error texts are what a rank or a library wrote: shown as text, never markup
+        console.print(f"  {printable(line)}", markup=False, highlight=False)
     # titles on a line of their own: a table's title wraps at the table's width (~55 columns)
     console.print(f"[italic]{_compared(summary)}")
     table = Table()
