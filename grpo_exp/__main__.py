@@ -108,12 +108,19 @@ def _task(unknown: list[Problem], ran: list, whole: list[tuple[str, dict]]):
         ended = job.run(spec)
         ran.append(ended)
         if sweeping:  # results/sweep_report.py prints the table once every trial ran
-            return ended.objective
+            return ended.objective(cfg.optimized_metric, _direction(hydra_cfg, cfg.optimized_metric))
         if ended.launched:
             report.print_report(ended.run_dir, ended.summary)
         raise SystemExit(ended.code)
 
     return task
+
+
+def _direction(hydra_cfg, metric: str) -> str:
+    """The sweeper's own direction (Optuna's `direction`, an enum or its name), else the metric's (rundir)."""
+    given = hydra_cfg.sweeper.get("direction")
+    given = given[0] if isinstance(given, (list, tuple)) or OmegaConf.is_list(given) else given
+    return str(given).rsplit(".", 1)[-1] if given is not None else rundir.direction(metric)
 
 
 def _trials_independent(hydra_cfg) -> bool:

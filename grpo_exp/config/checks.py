@@ -21,6 +21,7 @@ from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import DTYPES
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES
+from grpo_exp.core import rundir
 
 LOADERS = ("gsm8k", "hf", "none", "toy_math")  # training/data.py's LOADERS (a test keeps them equal)
 # vLLM's --kv-cache-dtype values for NVIDIA GPUs (vllm/config/cache.py CacheDType, without the vendor-specific ones)
@@ -244,19 +245,32 @@ def check_ranges(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
+# Metrics TRL logs under a plain name (final_metrics of summary.json), beside the keys with a "/"
+TRL_LOGGED = ("loss", "reward", "reward_std", "entropy", "grad_norm", "learning_rate", "num_tokens", "kl")
+
+
 def check_names(cfg: DictConfig) -> list[Problem]:
     """str fields that name something a library must know. The schema types them str, and OmegaConf turns
     any number or boolean given to a str field into its text, so `model.model_type=5` composes as '5'."""
-    m = cfg.model
+    m, problems = cfg.model, []
     if m.model_type not in MODEL_TYPES and not cfg.trainer.trust_remote_code:
-        return [
+        problems.append(
             Problem(
                 "model.model_type",
                 f"'{m.model_type}' is not a model type transformers knows (its config.json's model_type)",
                 "use model=auto (it reads config.json), or trainer.trust_remote_code=true for a model with own code",
             )
-        ]
-    return []
+        )
+    metric = cfg.optimized_metric
+    if metric not in rundir.OPTIMIZED_METRICS and "/" not in metric and metric not in TRL_LOGGED:
+        problems.append(
+            Problem(
+                "optimized_metric",
+                f"'{metric}' names no metric a run records",
+                f"use one of {', '.join(rundir.OPTIMIZED_METRICS)}, or a summary.json key (memory/peak/train/...)",
+            )
+        )
+    return problems
 
 
 def check_mappings(cfg: DictConfig) -> list[Problem]:

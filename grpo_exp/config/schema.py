@@ -405,6 +405,9 @@ class Config:
     experiment: str = "default"  # names the run family (W&B group)
     run_name: Optional[str] = None
     seed: int = 42
+    # What a sweep optimizes (the Optuna sweeper's objective, the frontier's best trial): a name of
+    # rundir.OPTIMIZED_METRICS or any numeric key of summary.json / its final_metrics
+    optimized_metric: str = "tokens_per_s"
 
 
 def is_open_mapping(key: str) -> bool:

@@ -138,6 +138,34 @@ def phase_measure(summary: dict, phase: str) -> tuple[str, float | None, float |
     return (found[0], found[1], planned) if found else ("host_rss_max", None, planned)
 
 
+# What a sweep can optimize by name (config's optimized_metric): the summary key it reads and its direction.
+# Any other name is a summary.json key (or one of its final_metrics), maximized unless it is memory.
+OPTIMIZED_METRICS = {
+    "tokens_per_s": (metrics.TOKENS_PER_S, "maximize"),
+    "peak_memory": ("peak_memory", "minimize"),  # the measured peak: NVML on a GPU, RSS on CPU (measured_peak)
+    "reward": ("reward", "maximize"),  # the last logged mean reward
+}
+
+
+def optimized(summary: dict, metric: str) -> float | None:
+    """The value of `metric` (optimized_metric) in a run's summary, None where the run has none."""
+    key, _ = OPTIMIZED_METRICS.get(metric, (metric, None))
+    if key == "peak_memory":
+        found = measured_peak(summary)
+        return found[1] if found else None
+    value = summary.get(key, (summary.get("final_metrics") or {}).get(key))
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def direction(metric: str) -> str:
+    """maximize or minimize: the named metrics say; a summary key is minimized when it is memory."""
+    return (
+        OPTIMIZED_METRICS[metric][1]
+        if metric in OPTIMIZED_METRICS
+        else ("minimize" if metric.startswith(("memory/", "plan/")) else "maximize")
+    )
+
+
 def plan_errors(summary: dict) -> dict[str, float]:
     """The planner's error per phase and on the peak, like with like (phase_measure; the peak as measured_peak),
     in percent of the measured value: the keys a tracker and `compare` show."""

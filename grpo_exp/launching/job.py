@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from grpo_exp import Problem
 from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, resume
-from grpo_exp.core import gpus, metrics, outcome, rundir
+from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.launching import launch, ports, preflight
 from grpo_exp.planning import checks as plan_checks
@@ -59,10 +59,14 @@ class Ended:
     launched: bool = False
     memory: dict | None = None
 
-    @property
-    def objective(self) -> float:
-        """A sweep's objective: tokens/s of a completed run, else 0 (Optuna maximises it)."""
-        return float(self.summary.get(metrics.TOKENS_PER_S) or 0.0) if self.code == outcome.EXIT_OK else 0.0
+    def objective(self, metric: str, direction: str = "maximize") -> float:
+        """A sweep's objective: `metric` (optimized_metric) of a completed run; a run that did not complete, or has
+        no such figure, scores the worst there is in `direction` (0 maximizing; +inf minimizing), so the search
+        learns to keep away from it."""
+        value = rundir.optimized(self.summary, metric) if self.code == outcome.EXIT_OK else None
+        if value is None:
+            return 0.0 if direction == "maximize" else float("inf")
+        return value
 
 
 def run(job: Job) -> Ended:

@@ -131,6 +131,7 @@ class FrontierSweeper(Sweeper):
             "axis_key": self.axis_key,
             "batch_key": self.batch_key,
             "frontier": frontier,
+            **_best(trials, self.config.get("optimized_metric", "tokens_per_s")),
             "launches": len(trials),
             "grid_size": len(self.axis_values) * len(self.batch_values),
             "trials": trials,
@@ -147,4 +148,15 @@ def _trial(result: JobReturn, axis, batch) -> dict:
     status = summary.get("status", "failed")
     # with action=plan every trial is the planner's verdict: the frontier it predicts, nothing launched
     fits = bool(summary.get("fits")) if status == "planned" else status == "completed"
-    return {"axis": axis, "batch": batch, "status": status, "fits": fits, "run_dir": str(run_dir)}
+    value = rundir.optimized(summary, result.cfg.get("optimized_metric", "tokens_per_s"))
+    return {"axis": axis, "batch": batch, "status": status, "fits": fits, "run_dir": str(run_dir), "metric": value}
+
+
+def _best(trials: List[dict], metric: str) -> dict:
+    """The fitted trial that is best by `metric` (optimized_metric), in that metric's direction; None when no
+    fitted trial has it (a planning sweep measures nothing)."""
+    from grpo_exp.core import rundir
+
+    scored = [t for t in trials if t["fits"] and t["metric"] is not None]
+    pick = max if rundir.direction(metric) == "maximize" else min
+    return {"optimized_metric": metric, "best": pick(scored, key=lambda t: t["metric"]) if scored else None}
