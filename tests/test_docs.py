@@ -203,3 +203,13 @@ def test_every_output_the_docs_show_is_what_the_program_prints(page, args, shown
     }
     stale = [line for line in shown if line.strip() and " ".join(line.split()) not in printed]
     assert "Traceback" not in result.stderr and not stale, f"{page}: lines the program no longer prints: {stale}"
+
+
+def test_every_relative_link_resolves():
+    """A link between pages is relative to the page that holds it (docs/a.md links `b.md`, not `docs/b.md`)."""
+    broken = []
+    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        for target in re.findall(r"\]\(([^)#\s]+)", page.read_text()):
+            if "://" not in target and not target.startswith("mailto:") and not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
