@@ -59,6 +59,7 @@ def main() -> None:
     # wherever there is none
     warnings.filterwarnings("ignore", message="provider=hydra.searchpath in main, path=conf is not available")
     register_configs()
+    register_plugins()
     argv = [deepspeed_override(arg) for arg in argv]
     given = overrides.command_line(argv)
     unknown = overrides.unknown(given)  # every unknown key at once, the rest still composed and checked
@@ -84,6 +85,18 @@ def main() -> None:
     if not ran and problems:  # --cfg job, --help: nothing ran, yet keys are wrong
         _exit_invalid(problems)
     sys.exit(0)  # a multirun whose trials all ran, or --cfg, --help, --info
+
+
+def register_plugins() -> None:
+    """grpo_exp's frontier sweeper, registered with Hydra where the command starts: through Hydra's API rather than
+    its scan of the hydra_plugins namespace, which cannot see into setuptools' editable installs (hydra#2359).
+    Importing the module also stores its `hydra/sweeper: frontier` node. Here, not in the schema: the sweeper
+    plans and launches trials, the last stage of the house, which the config stage must not import."""
+    from hydra.core.plugins import Plugins
+
+    from hydra_plugins.grpo_exp_frontier.frontier_sweeper import FrontierSweeper
+
+    Plugins.instance().register(FrontierSweeper)
 
 
 def _task(unknown: list[Problem], ran: list, whole: list[tuple[str, dict]]):

@@ -19,12 +19,14 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
+from grpo_exp.__main__ import register_plugins
 from grpo_exp.config.schema import register_configs
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 FIXTURES = REPO / "tests" / "fixtures"  # small data files tests read
 register_configs()
+register_plugins()  # the frontier sweeper, as the command registers it
 
 
 def group_options(group: str) -> list[str]:

@@ -443,11 +443,3 @@ def register_configs() -> None:
     cs.store(name="schema", node=Config)
     for path in sorted(SWEEPS_DIR.glob("*.yaml")):
         cs.store(group="sweep", name=path.stem, node=OmegaConf.load(path), package="_global_")
-    # The frontier sweeper, registered through Hydra's API rather than found by its scan of the hydra_plugins
-    # namespace: that scan cannot see into setuptools' editable installs (hydra#2359), only `editable_mode=compat`
-    # could, and setuptools deprecates it. Importing the module also stores its `hydra/sweeper: frontier` node.
-    from hydra.core.plugins import Plugins
-
-    from hydra_plugins.grpo_exp_frontier.frontier_sweeper import FrontierSweeper
-
-    Plugins.instance().register(FrontierSweeper)

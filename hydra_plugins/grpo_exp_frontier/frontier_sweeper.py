@@ -24,6 +24,10 @@ from hydra.core.utils import JobReturn
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.core import gpus, rundir
+from grpo_exp.launching import slurm
+from grpo_exp.planning import planner
+
 log = logging.getLogger(__name__)
 
 
@@ -66,16 +70,13 @@ class FrontierSweeper(Sweeper):
         the planner)."""
         if not self.use_planner:
             return len(self.batch_values) // 2
-        from grpo_exp.launching import launch
-        from grpo_exp.planning import planner
-
         best = 0
         for i, batch in enumerate(self.batch_values):
             cfg = self.hydra_context.config_loader.load_sweep_config(
                 self.config, self._overrides(arguments, axis, batch)
             )
             # the driver's own verdict for this trial
-            if planner.plan_and_estimate(cfg, launch.visible_gpus())[1]["fits"]:
+            if planner.plan_and_estimate(cfg, gpus.count())[1]["fits"]:
                 best = i
         return best
 
@@ -86,8 +87,6 @@ class FrontierSweeper(Sweeper):
             [self._overrides(arguments, axis, batch) for axis, batch in probes], initial_job_idx=self.job_idx
         )
         self.job_idx += len(probes)
-        from grpo_exp.launching import slurm
-
         slurm.gather()  # the round's SLURM jobs (none under launcher=local): their summaries are read next
         return [_trial(result, axis, batch) for result, (axis, batch) in zip(results, probes, strict=True)]
 
@@ -141,8 +140,6 @@ class FrontierSweeper(Sweeper):
 
 
 def _trial(result: JobReturn, axis, batch) -> dict:
-    from grpo_exp.core import rundir
-
     run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
     summary = rundir.read_summary(run_dir)
     status = summary.get("status", "failed")
@@ -155,8 +152,6 @@ def _trial(result: JobReturn, axis, batch) -> dict:
 def _best(trials: List[dict], metric: str) -> dict:
     """The fitted trial that is best by `metric` (optimized_metric), in that metric's direction; None when no
     fitted trial has it (a planning sweep measures nothing)."""
-    from grpo_exp.core import rundir
-
     scored = [t for t in trials if t["fits"] and t["metric"] is not None]
     pick = max if rundir.direction(metric) == "maximize" else min
     return {"optimized_metric": metric, "best": pick(scored, key=lambda t: t["metric"]) if scored else None}
