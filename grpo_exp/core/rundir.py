@@ -125,6 +125,11 @@ def measured_peak(summary: dict, phase: str | None = None) -> tuple[str, float] 
     return None
 
 
+def phase_path(run_dir: Path, rank: int) -> Path:
+    """The file a rank keeps holding the phase it last entered: what a rank the OOM killer takes was doing."""
+    return Path(run_dir) / RANKS / f"rank{rank}.phase"
+
+
 def phase_measure(summary: dict, phase: str) -> tuple[str, float | None, float | None]:
     """(stat, measured GiB, planned GiB) of one phase, like with like: on a GPU the tensors alive (alloc_max) against
     the plan's tensors (the phase less its runtime and allocator_reserve: the caching allocator keeps the largest

@@ -35,10 +35,6 @@ def killed_ranks(log_text: str, code: int, single_rank: int | None) -> list[int]
     return sorted({int(r) for r in _KILLED_RANK.findall(log_text)})
 
 
-def phase_path(run_dir: Path, rank: int) -> Path:
-    return Path(run_dir) / rundir.RANKS / f"rank{rank}.phase"
-
-
 def record(run_dir: Path, node: int, ranks: list[int], kills_before: int | None) -> list[int]:
     """Record each of `ranks` as killed by the OOM killer where the counter rose since `kills_before` and the rank
     left no record of its own; returns the ranks recorded."""
@@ -50,7 +46,7 @@ def record(run_dir: Path, node: int, ranks: list[int], kills_before: int | None)
     for rank in ranks:
         if (folder / f"rank{rank}.json").exists():
             continue
-        phase_file = phase_path(run_dir, rank)
+        phase_file = rundir.phase_path(run_dir, rank)
         phase = phase_file.read_text().strip() or None if phase_file.exists() else None
         rundir.write_rank_record(
             run_dir,

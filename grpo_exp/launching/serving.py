@@ -2,7 +2,7 @@
 small agent beside it, and the training nodes talk to that agent.
 
 The serving node is outside the training process group, so the fingerprint check that stops
-mismatched training nodes (consistency.py) cannot reach it. Instead, before training starts, node
+mismatched training nodes (config/fingerprint.py) cannot reach it. Instead, before training starts, node
 0's driver fetches the serving node's config fingerprint from the agent (GET /fingerprint): a
 serving node started with another model, TP size or any other key stops both with exit 5 naming
 the keys, not a hang or a silent mix. When the run ends, however it ends, node 0's driver tells
@@ -22,14 +22,14 @@ from omegaconf import DictConfig
 
 from grpo_exp.core import outcome
 from grpo_exp.core.outcome import Mismatch
-from grpo_exp.launching import consistency
+from grpo_exp.config import fingerprint
 from grpo_exp.launching.vllm_server import bind_address
 
 log = logging.getLogger(__name__)
 
 
 def _fingerprint(cfg: DictConfig) -> dict:
-    return {"node_rank": int(cfg.topology.node_rank), "config": consistency.fingerprint(cfg)["config"]}
+    return {"node_rank": int(cfg.topology.node_rank), "config": fingerprint.fingerprint(cfg)["config"]}
 
 
 class Agent:
@@ -114,7 +114,7 @@ def check_fingerprint(cfg: DictConfig) -> None:
                     "vllm.server_timeout"
                 ) from None
             time.sleep(1.0)
-    problems = consistency.differences([_fingerprint(cfg), theirs], sections=("config",))
+    problems = fingerprint.differences([_fingerprint(cfg), theirs], sections=("config",))
     if problems:
         message = "the serving node runs another config; start every node with the same command:\n  " + "\n  ".join(
             problems

@@ -8,7 +8,13 @@ A run dir is the unit of resumption: when <run dir>/checkpoints holds a checkpoi
 continues from the latest one (rank 0 first drops metrics.jsonl lines after its step, which the run
 logs again). SIGTERM, SIGUSR1 or SIGUSR2 (SLURM preemption, `--signal` before a time limit) asks
 for a checkpoint at the next step boundary, agreed across ranks, then the run ends as `preempted`.
+
+Read top-down: main, then a rank's steps in the order they happen (prepare, train, record), then what they use.
+The module imports nothing heavy at its top: the stop handler is installed before torch, transformers and trl
+load (about 5 s on 2 cores), so a stop in those seconds is still recorded.
 """
+
+from __future__ import annotations
 
 import logging
 import os
@@ -17,218 +23,23 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from omegaconf import DictConfig
 
 from grpo_exp import visible_devices
 from grpo_exp.core import metrics, outcome, rundir
 from grpo_exp.planning import plan_file
+from grpo_exp.training.preemption import Preemption
+
+if TYPE_CHECKING:
+    from grpo_exp.training.callbacks import RunDirCallback
+    from grpo_exp.training.guards import StallWatchdog
+    from grpo_exp.training.phases import PhaseMemory
+    from grpo_exp.training.probes import ModelStateMeter
+    from grpo_exp.training.tracking import Trackers
 
 log = logging.getLogger("grpo_exp")
-progress = logging.getLogger("grpo_exp.progress")  # the lines a quiet console shows (launch.py)
-
-
-def _setup_logging(rank: int) -> None:
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stdout,
-        force=True,
-    )
-
-
-PREEMPTION_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
-
-
-class Preemption:
-    """A stop request: before training starts it interrupts at once (nothing to save); during
-    training it waits for the step boundary, where every rank agrees to save and stop together."""
-
-    def __init__(self):
-        self.training = False
-        self.signal_name: str | None = None
-
-    def install(self) -> None:
-        for sig in PREEMPTION_SIGNALS:
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum, _frame):
-        # asked again (SLURM signals every process, torchrun forwards): already stopping
-        if self.signal_name is not None:
-            return
-        self.signal_name = signal.Signals(signum).name
-        if not self.training:  # nothing to save yet: stop now; the run can start again (resume, requeue)
-            raise KeyboardInterrupt
-        log.warning("%s: saving a checkpoint at the end of this step, then stopping", self.signal_name)
-
-    def callback(self, world_size: int):
-        from transformers import TrainerCallback
-
-        preemption = self
-
-        class SaveAndStop(TrainerCallback):
-            def on_train_begin(self, args, state, control, **kwargs):
-                preemption.training = True
-
-            def on_step_end(self, args, state, control, **kwargs):
-                requested = preemption.signal_name is not None
-                if world_size > 1:  # a collective every step: ranks must stop at the same step
-                    import torch
-                    import torch.distributed as dist
-
-                    device = "cuda" if dist.get_backend() == "nccl" else "cpu"  # NCCL reduces CUDA tensors only
-                    flag = torch.tensor([float(requested)], device=device)
-                    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                    requested = bool(flag.item())
-                    if requested and preemption.signal_name is None:
-                        preemption.signal_name = "a peer's stop request"
-                if requested:
-                    control.should_save = True
-                    control.should_training_stop = True
-
-            def on_train_end(self, args, state, control, **kwargs):
-                preemption.training = False
-
-        return SaveAndStop()
-
-
-def _init_distributed(cfg, world_size: int, use_cpu: bool) -> None:
-    """Join the process group before anything else: the fingerprint check runs on it, and ZeRO-3
-    partitions weights while they load. Accelerate and DeepSpeed reuse this group."""
-    if world_size == 1:
-        return
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    backend = "gloo" if use_cpu else "nccl"
-    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.topology.collective_timeout_s))
-    if cfg.deepspeed:
-        import deepspeed
-
-        deepspeed.init_distributed(dist_backend=backend)
-
-
-def _run_facts(trainer) -> dict:
-    """What the run really was, read from torch.distributed and the wrapped model (tests assert on it)."""
-    import torch.distributed as dist
-
-    distributed = dist.is_available() and dist.is_initialized()
-    engine = trainer.model_wrapped
-    params = list(trainer.model.parameters())
-    return {
-        "world_size": dist.get_world_size() if distributed else 1,
-        "backend": str(dist.get_backend()) if distributed else None,
-        "wrapper": type(engine).__name__,  # DistributedDataParallel, DeepSpeedEngine, or the model itself
-        "zero_stage": engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else None,
-        "trainable_parameters": sum(_numel(p) for p in params if p.requires_grad),
-        # 4 / 8 when the base weights were loaded quantized (bitsandbytes), else None
-        "weight_bits": 4
-        if getattr(trainer.model, "is_loaded_in_4bit", False)
-        else 8
-        if getattr(trainer.model, "is_loaded_in_8bit", False)
-        else None,
-        "parameters": sum(_numel(p) for p in params),
-        "fsdp": any(hasattr(p, "to_local") for p in params),  # FSDP2 holds DTensor parameters
-    }
-
-
-def _numel(param) -> int:
-    return getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 shards hold ds_numel
-
-
-def progress_line(step: int, max_steps: int, logs: dict) -> str:
-    """One short console line per logging step: step, loss, reward, the largest memory peak of one process."""
-    peaks = {
-        k: v
-        for k, v in logs.items()
-        if metrics.MEMORY.fullmatch(k) and isinstance(v, (int, float)) and not k.endswith(f"/{metrics.NODE_RSS}_gib")
-    }
-    top = max(peaks, key=peaks.get, default=None)
-    peak = f"  peak {peaks[top]:.2f} GiB ({' '.join(metrics.MEMORY.fullmatch(top).groups())})" if top else ""
-    loss, reward = logs.get("loss"), logs.get("reward")
-    done = round(20 * step / max_steps) if max_steps > 0 else 0
-    return (
-        f"[{'#' * done}{'.' * (20 - done)}] step {step}/{max_steps}"
-        + (f"  loss {loss:.4f}" if isinstance(loss, float) else "")
-        + (f"  reward {reward:.3f}" if isinstance(reward, float) else "")
-        + peak
-    )
-
-
-def make_callback(run_dir: Path, rank: int, watchdog):
-    """A TrainerCallback that mirrors every log() of rank 0 into metrics.jsonl (GRPOTrainer.log()
-    has merged its reward/completion and our memory metrics into `logs` by then) and re-arms the
-    stall watchdog at every finished step."""
-    from transformers import TrainerCallback
-
-    class RunDirCallback(TrainerCallback):
-        def __init__(self):
-            self.writer = rundir.MetricsWriter(run_dir) if rank == 0 else None
-            self.first_logs: dict = {}
-            self.last_logs: dict = {}
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            watchdog.arm()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            watchdog.arm()
-
-        def on_train_end(self, args, state, control, **kwargs):
-            watchdog.disarm()
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if self.writer is None or not logs:
-                return
-            if "train_runtime" not in logs:  # that one is Trainer's end-of-run summary, not a step
-                self.writer.write(state.global_step, logs)
-                self.first_logs = self.first_logs or dict(logs)
-                progress.info(progress_line(state.global_step, state.max_steps, logs))
-            self.last_logs.update(logs)
-
-    return RunDirCallback()
-
-
-def _check_placement(trainer) -> None:
-    import torch
-
-    from grpo_exp.launching.consistency import placement_problems
-
-    if torch.cuda.is_available():
-        problems = placement_problems(visible_devices(), os.environ.get("GRPO_EXP_VLLM_GPUS"), trainer.args.n_gpu)
-        if problems:
-            raise RuntimeError("startup guard: " + "; ".join(problems))
-
-
-def _planned(run_dir: Path, measured: dict) -> dict:
-    """The planner's prediction (plan.json) as plan/<role>/* beside the measured memory, and its
-    error on the model states where both exist."""
-    out = plan_file.summary_keys(plan_file.read(run_dir))
-    states = measured.get(metrics.measured("model_states"))
-    if states and metrics.plan_component("train", "weights") in out:
-        predicted = sum(
-            out.get(metrics.plan_component("train", k), 0.0)
-            for k in ("weights", "gradients", "fp32_gradients", "optimizer")
-        )
-        out[metrics.MODEL_STATES_ERROR] = 100 * (predicted - states) / states
-    return out
-
-
-@dataclass
-class _Rank:
-    """What one training process holds from start to end: where it writes, what it measures."""
-
-    cfg: object
-    run_dir: Path
-    rank: int
-    world_size: int
-    started: float
-    checkpoint: tuple | None = None
-    tracker: object = None
-    watchdog: object = None
-    callback: object = None
-    phases: object = None
-    meter: object = None
-    peaks: dict = field(default_factory=dict)
 
 
 def main(config_path: str) -> int:
@@ -236,7 +47,7 @@ def main(config_path: str) -> int:
     rank, world_size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     _setup_logging(rank)
     preemption = Preemption()
-    preemption.install()
+    preemption.install()  # before torch loads (_prepare): a stop while it loads is still recorded
     cfg = rundir.load_config(config_path)
     run_dir = Path(config_path).resolve().parent
     if cfg.env.working_dir is not None:  # where the user's tools, environments and rewards open relative paths
@@ -247,11 +58,29 @@ def main(config_path: str) -> int:
     return outcome.EXIT_CODES[ended["status"]]
 
 
-def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
+@dataclass
+class _Rank:
+    """What one training process holds from start to end: where it writes, what it measures."""
+
+    cfg: DictConfig
+    run_dir: Path
+    rank: int
+    world_size: int
+    started: float
+    checkpoint: tuple[Path, int] | None = None  # (its directory, its step) when the run resumes
+    tracker: Trackers | None = None
+    watchdog: StallWatchdog | None = None
+    callback: RunDirCallback | None = None
+    phases: PhaseMemory | None = None  # None with memory.telemetry=false
+    meter: ModelStateMeter | None = None
+    peaks: dict[str, float] = field(default_factory=dict)  # the run's memory peaks, filled at every logging step
+
+
+def _prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> _Rank:
     """Everything before the process group: the model files, the memory cap, where a resumed run
     continues, the tracker, the stall watchdog and the probes."""
-    from grpo_exp.launching import consistency, oom_killer
-    from grpo_exp.training import build, phases, probes, tracking
+    # torch, transformers and trl load here, after main installed the stop handler
+    from grpo_exp.training import build, callbacks, guards, phases, probes, tracking
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
     if cfg.vllm.mode == "colocate":  # importing trl lowers vLLM's logging to ERROR unless it is set; the engine's
@@ -271,11 +100,11 @@ def _prepare(cfg, run_dir: Path, rank: int, world_size: int) -> _Rank:
             dropped,
         )
     state.tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.Trackers([])
-    state.watchdog = consistency.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
-    state.callback = make_callback(run_dir, rank, state.watchdog)
+    state.watchdog = guards.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
+    state.callback = callbacks.RunDirCallback(run_dir, rank, state.watchdog)
     vllm_probe = probes.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
     if cfg.memory.telemetry:
-        phase_file = oom_killer.phase_path(run_dir, rank)
+        phase_file = rundir.phase_path(run_dir, rank)
         phase_file.parent.mkdir(parents=True, exist_ok=True)
         state.phases = phases.PhaseMemory(probes.MemoryProbe(), vllm_probe, phase_file=phase_file)
     else:
@@ -287,19 +116,18 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
     """Join the process group, check the nodes agree, build, train: this rank's record of the end."""
     import torch
 
-    from grpo_exp.launching import consistency
-    from grpo_exp.training import build, probes
+    from grpo_exp.training import build, callbacks, guards, probes  # loaded by _prepare already
 
     cfg = state.cfg
     try:
         _init_distributed(cfg, state.world_size, use_cpu=not torch.cuda.is_available())
         if state.world_size > 1:
-            consistency.check_across_ranks(cfg)  # before the model loads: fail fast, not hang
+            guards.check_across_ranks(cfg)  # before the model loads: fail fast, not hang
         trainer = build.trainer(
             cfg,
             state.run_dir,
             not torch.cuda.is_available(),
-            callbacks=[state.callback, preemption.callback(state.world_size)],
+            callbacks=[state.callback, callbacks.SaveAndStop(preemption, state.world_size)],
             phases=state.phases,
         )
         _check_placement(trainer)
@@ -343,7 +171,7 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
 def _record(state: _Rank, ended: dict) -> None:
     """ranks/rank<N>.json (rank 0 always, with the run's measurements; another rank when it did not
     complete), and rank 0's W&B run finished with the status as far as it can tell."""
-    from grpo_exp.training import phases
+    from grpo_exp.training import phases  # loaded by _prepare already
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
     state.watchdog.close()
@@ -371,6 +199,89 @@ def _record(state: _Rank, ended: dict) -> None:
     if state.rank == 0:
         explained = outcome.explain(outcome.read_records(state.run_dir))
         state.tracker.finish({**previous, **explained}, outcome.EXIT_CODES[explained["status"]])
+
+
+# What the steps use.
+
+
+def _setup_logging(rank: int) -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format=f"[rank{rank}] %(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stdout,
+        force=True,
+    )
+
+
+def _init_distributed(cfg, world_size: int, use_cpu: bool) -> None:
+    """Join the process group before anything else: the fingerprint check runs on it, and ZeRO-3
+    partitions weights while they load. Accelerate and DeepSpeed reuse this group."""
+    if world_size == 1:
+        return
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    backend = "gloo" if use_cpu else "nccl"
+    dist.init_process_group(backend, timeout=timedelta(seconds=cfg.topology.collective_timeout_s))
+    if cfg.deepspeed:
+        import deepspeed
+
+        deepspeed.init_distributed(dist_backend=backend)
+
+
+def _check_placement(trainer) -> None:
+    import torch
+
+    from grpo_exp.training.guards import placement_problems  # loaded by _prepare already
+
+    if torch.cuda.is_available():
+        problems = placement_problems(visible_devices(), os.environ.get("GRPO_EXP_VLLM_GPUS"), trainer.args.n_gpu)
+        if problems:
+            raise RuntimeError("startup guard: " + "; ".join(problems))
+
+
+def _run_facts(trainer) -> dict:
+    """What the run really was, read from torch.distributed and the wrapped model (tests assert on it)."""
+    import torch.distributed as dist
+
+    distributed = dist.is_available() and dist.is_initialized()
+    engine = trainer.model_wrapped
+    params = list(trainer.model.parameters())
+    return {
+        "world_size": dist.get_world_size() if distributed else 1,
+        "backend": str(dist.get_backend()) if distributed else None,
+        "wrapper": type(engine).__name__,  # DistributedDataParallel, DeepSpeedEngine, or the model itself
+        "zero_stage": engine.zero_optimization_stage() if hasattr(engine, "zero_optimization_stage") else None,
+        "trainable_parameters": sum(_numel(p) for p in params if p.requires_grad),
+        # 4 / 8 when the base weights were loaded quantized (bitsandbytes), else None
+        "weight_bits": 4
+        if getattr(trainer.model, "is_loaded_in_4bit", False)
+        else 8
+        if getattr(trainer.model, "is_loaded_in_8bit", False)
+        else None,
+        "parameters": sum(_numel(p) for p in params),
+        "fsdp": any(hasattr(p, "to_local") for p in params),  # FSDP2 holds DTensor parameters
+    }
+
+
+def _numel(param) -> int:
+    return getattr(param, "ds_numel", None) or param.numel()  # ZeRO-3 shards hold ds_numel
+
+
+def _planned(run_dir: Path, measured: dict) -> dict:
+    """The planner's prediction (plan.json) as plan/<role>/* beside the measured memory, and its
+    error on the model states where both exist."""
+    out = plan_file.summary_keys(plan_file.read(run_dir))
+    states = measured.get(metrics.measured("model_states"))
+    if states and metrics.plan_component("train", "weights") in out:
+        predicted = sum(
+            out.get(metrics.plan_component("train", k), 0.0)
+            for k in ("weights", "gradients", "fp32_gradients", "optimizer")
+        )
+        out[metrics.MODEL_STATES_ERROR] = 100 * (predicted - states) / states
+    return out
 
 
 def _exit_now(code: int) -> None:

@@ -36,7 +36,7 @@ def test_a_rank_is_recorded_only_when_the_counter_rose_and_it_left_no_record(tmp
     assert oom_killer.kills() == 7
     assert oom_killer.record(tmp_path, node=2, ranks=[1], kills_before=7) == []  # someone else's SIGKILL
     rundir.write_rank_record(tmp_path, 3, {"status": "failed", "error": "its own"})
-    oom_killer.phase_path(tmp_path, 1).write_text("train")
+    rundir.phase_path(tmp_path, 1).write_text("train")
     vmstat.write_text("oom_kill 8\n")
     assert oom_killer.record(tmp_path, node=2, ranks=[1, 3], kills_before=7) == [1]
     [killed] = [r for r in (tmp_path / rundir.RANKS).glob("rank1.json")]

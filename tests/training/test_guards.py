@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from grpo_exp.launching import consistency
+from grpo_exp.config import fingerprint
+from grpo_exp.training import guards
 from tests.helpers import compose_cfg
 
 
@@ -18,28 +19,28 @@ from tests.helpers import compose_cfg
     ],
 )
 def test_startup_guard(visible, vllm, n_gpu, problem):
-    problems = consistency.placement_problems(visible, vllm, n_gpu)
+    problems = guards.placement_problems(visible, vllm, n_gpu)
     assert (problem is None and not problems) or (problem and problem in " ".join(problems))
 
 
 def test_fingerprint_differences_name_nodes_and_keys():
     cfg = compose_cfg()
-    base = consistency.fingerprint(cfg)
+    base = fingerprint.fingerprint(cfg)
     other = json.loads(json.dumps(base))
     other["node_rank"] = 1
     other["config"]["vllm.mode"] = "colocate"
     other["facts"]["version.trl"] = "0.0.1"
-    lines = consistency.differences([base, base, other])
+    lines = fingerprint.differences([base, base, other])
     assert any(
         line.startswith("vllm.mode differs between nodes: node(s) [0]: 'off'; node(s) [1]: 'colocate'")
         for line in lines
     )
     assert any(line.startswith("version.trl differs") for line in lines) and len(lines) == 2
-    assert consistency.differences([base, base]) == []
+    assert fingerprint.differences([base, base]) == []
 
 
 def test_node_rank_is_not_part_of_the_fingerprint():
     assert (
-        consistency.fingerprint(compose_cfg("topology.node_rank=0"))["config"]
-        == consistency.fingerprint(compose_cfg("topology.node_rank=1"))["config"]
+        fingerprint.fingerprint(compose_cfg("topology.node_rank=0"))["config"]
+        == fingerprint.fingerprint(compose_cfg("topology.node_rank=1"))["config"]
     )

@@ -1,8 +1,8 @@
-"""Checks that turn multi-node hangs into fast, named failures.
+"""The cross-rank guards a training rank runs: checks that turn multi-node hangs into fast, named failures.
 
-- Fingerprints: right after rendezvous, before the model loads, every rank shares its resolved
-  config, processes per node, world size and package versions; if nodes disagree (a different
-  override, NPROC_PER_NODE, use_vllm, a different trl), every rank stops at once with a message
+- Fingerprints: right after rendezvous, before the model loads, every rank shares its fingerprint
+  (config/fingerprint.py: resolved config, processes per node, world size, package versions); if nodes disagree
+  (a different override, NPROC_PER_NODE, use_vllm, a different trl), every rank stops at once with a message
   naming the node ranks and keys, instead of hanging at the first mismatched collective.
 - Placement guard: a training process must use one GPU (no nn.DataParallel) and see no vLLM GPU.
 - Stall watchdog: faulthandler's C-level timer, re-armed at every finished step; when it fires it
@@ -11,67 +11,13 @@
 """
 
 import faulthandler
-import importlib.metadata
-import os
-import platform
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from grpo_exp.config.fingerprint import differences, fingerprint
 from grpo_exp.core import rundir
 from grpo_exp.core.outcome import Mismatch
-
-# Config keys that legitimately differ between nodes.
-NODE_LOCAL_KEYS = {"topology.node_rank"}
-PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "deepspeed", "vllm")
-
-
-def _flatten(node, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in node.items():
-        full = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{full}."))
-        else:
-            flat[full] = value
-    return flat
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def fingerprint(cfg: DictConfig) -> dict:
-    """What must be equal on every rank of a run (node-local keys left out)."""
-    config = {k: v for k, v in _flatten(OmegaConf.to_container(cfg, resolve=True)).items() if k not in NODE_LOCAL_KEYS}
-    return {
-        "node_rank": int(os.environ.get("GROUP_RANK", cfg.topology.node_rank)),
-        "facts": {
-            "procs_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
-            "world_size": int(os.environ.get("WORLD_SIZE", "1")),
-            "python": platform.python_version(),
-            **{f"version.{p}": _version(p) for p in PACKAGES},
-        },
-        "config": config,
-    }
-
-
-def differences(prints: list[dict], sections: tuple[str, ...] = ("facts", "config")) -> list[str]:
-    """Human-readable disagreements between ranks' fingerprints, one line per key."""
-    lines = []
-    for section in sections:
-        keys = sorted({k for p in prints for k in p[section]})
-        for key in keys:
-            by_value: dict[str, list[int]] = {}
-            for p in prints:
-                by_value.setdefault(repr(p[section].get(key, "<missing>")), []).append(p["node_rank"])
-            if len(by_value) > 1:
-                where = "; ".join(f"node(s) {sorted(set(nodes))}: {value}" for value, nodes in by_value.items())
-                lines.append(f"{key} differs between nodes: {where}")
-    return lines
 
 
 def check_across_ranks(cfg: DictConfig) -> None:
