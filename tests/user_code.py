@@ -94,3 +94,25 @@ def record_prompts(prompts, completions, **kwargs) -> list[float]:
         for prompt in prompts:
             f.write(json.dumps(prompt[-1]["content"] if isinstance(prompt, list) else prompt) + "\n")
     return [0.0] * len(completions)
+
+
+# Data loaders as a user writes them (data.loader._target_=...): a function returning a datasets.Dataset.
+def doubling_prompts(rows: int = 64, **kwargs):
+    """Prompts whose answer is twice a number; `rows` from the loader's own mapping (data.loader.rows=...)."""
+    from datasets import Dataset
+
+    return Dataset.from_list([{"prompt": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(rows)])
+
+
+def questions_without_prompts(**kwargs):
+    from datasets import Dataset
+
+    return Dataset.from_list([{"question": "no prompt column", "answer": "1"}] * 64)
+
+
+def loader_that_raises(**kwargs):
+    raise FileNotFoundError("/data/my_prompts.parquet")
+
+
+def loader_without_a_dataset(**kwargs):
+    return [{"prompt": "a list, not a Dataset"}]

@@ -23,7 +23,6 @@ from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES
 from grpo_exp.core import rundir
 
-LOADERS = ("gsm8k", "hf", "none", "toy_math")  # training/data.py's LOADERS (a test keeps them equal)
 # vLLM's --kv-cache-dtype values for NVIDIA GPUs (vllm/config/cache.py CacheDType, without the vendor-specific ones)
 VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # Keys with a fixed set of values: grpo_exp's own, the str fields TRL checks only at run time (trl 1.16
@@ -34,7 +33,6 @@ CHOICES = {
     "action": ("run", "plan"),
     "vllm.mode": ("off", "colocate", "server"),
     "model.dtype": DTYPES,
-    "data.loader": LOADERS,
     "launcher.name": ("local", "slurm", "kubernetes"),
     "launcher.kubernetes.kind": ("auto", "trainjob", "jobset"),
     "launcher.kubernetes.image_pull_policy": ("Always", "IfNotPresent", "Never"),
@@ -259,6 +257,16 @@ def check_names(cfg: DictConfig) -> list[Problem]:
                 "model.model_type",
                 f"'{m.model_type}' is not a model type transformers knows (its config.json's model_type)",
                 "use model=auto (it reads config.json), or trainer.trust_remote_code=true for a model with own code",
+            )
+        )
+    loader = cfg.data.loader
+    if not isinstance(loader, DictConfig) or not isinstance(loader.get("_target_"), str):
+        problems.append(
+            Problem(
+                "data.loader",
+                f"is {OmegaConf.to_container(loader) if isinstance(loader, DictConfig) else loader!r}; it takes "
+                "{_target_: <a function returning a datasets.Dataset>, ...its kwargs}",
+                "pick a data option (data=toy_math|gsm8k|hf|jsonl|none), or data.loader._target_=my_pkg.load",
             )
         )
     metric = cfg.optimized_metric

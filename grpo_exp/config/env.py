@@ -13,6 +13,7 @@ import inspect
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, import_failure, locate
+from grpo_exp import data as loaders
 
 NOT_TOOLS = ("reset", "get_reward")  # an environment's public methods TRL does not offer the model
 _TOOL_FIX = (
@@ -116,7 +117,7 @@ def check(cfg: DictConfig) -> list[Problem]:
 def check_data_none(cfg: DictConfig) -> list[Problem]:
     """data=none: the environment owns the data, as TRL runs it without a train_dataset (grpo_trainer.py: one
     environment_factory, max_steps > 0, placeholder rows of an empty user message that reset()'s text fills)."""
-    if cfg.data.loader != "none":
+    if not loaders.prompts_from_environment(cfg.data):
         return []
     problems = []
     if cfg.env.factory is None:

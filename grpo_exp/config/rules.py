@@ -9,6 +9,7 @@ import math
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem
+from grpo_exp import data as loaders
 from grpo_exp.config.schema import DTYPES
 from grpo_exp.config.trl_schema import DEBUG_OPTIONS, SCHEDULER_KWARGS
 
@@ -65,11 +66,11 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
                 "trainer.eval_strategy=no",
             )
         )
-    if cfg.data.eval_split is not None and cfg.data.eval_path is None and cfg.data.loader == "toy_math":
+    if cfg.data.eval_split is not None and cfg.data.eval_path is None and not loaders.has_splits(cfg.data):
         problems.append(
             Problem(
                 "data.eval_split",
-                "toy_math generates its prompts and has no splits",
+                f"data={loaders.name(cfg.data)} has no splits (its prompts are generated, or the environment's)",
                 "use data.eval_path=<file> for held-out prompts",
             )
         )

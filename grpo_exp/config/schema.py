@@ -87,7 +87,9 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     name: str = MISSING
-    loader: str = MISSING  # toy_math | gsm8k | hf: the function in grpo_exp/training/data.py that reads it
+    # {_target_: a function returning a datasets.Dataset, **its kwargs}: a shipped loader (grpo_exp/data/) or your own
+    # (data.loader._target_=my_pkg.load), checked before launch alike (columns, rows, prompts)
+    loader: Dict[str, Any] = MISSING
     # hf / gsm8k: anything datasets.load_dataset reads: a hub dataset id, a local dataset directory
     # (save_to_disk or a folder of data files), or a .json/.jsonl/.csv/.parquet file.
     path: Optional[str] = None

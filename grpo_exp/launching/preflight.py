@@ -10,9 +10,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, is_local_path
+from grpo_exp import data as loaders
 from grpo_exp.config import env
 from grpo_exp.config.checks import reward_columns
-from grpo_exp.launching import data_files, ports
+from grpo_exp.data import checks as data_checks
+from grpo_exp.data import files as data_files
+from grpo_exp.launching import ports
 from grpo_exp.planning.checks import generation_batch_size
 
 
@@ -168,17 +171,18 @@ def check_environment_column(cfg: DictConfig) -> list[Problem]:
     if not cfg.env.factories:
         return []
     listed = sorted(cfg.env.factories)
-    if cfg.data.loader == "none":
+    if loaders.prompts_from_environment(cfg.data):
         return []  # config/env.py's check_data_none refuses it
-    if cfg.data.loader == "toy_math":
+    found = loaders.scan(cfg.data)
+    if not loaders.reads_path(cfg.data) and not isinstance(found, list) and "environment" not in (found[0] or ()):
         return [
             Problem(
                 "env.factories",
-                f"picks each row's environment by its `environment` column, and data.loader={cfg.data.loader} has none",
+                f"picks each row's environment by its `environment` column, and data={loaders.name(cfg.data)} has none",
                 "use data with an environment column (data=hf data.path=...), or one environment: env.factory",
             )
         ]
-    values = data_files.column_values(cfg.data, "environment")
+    values = data_files.column_values(cfg.data, "environment") if loaders.reads_path(cfg.data) else None
     if values is None:
         return []  # not readable here, or no such column: TRL refuses such a row in the worker
     unknown = sorted(values - set(listed))
@@ -256,7 +260,7 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
         + check_launcher(cfg, plan)
         + check_model_path(cfg)
         + check_libraries(cfg)
-        + data_files.preflight(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
+        + data_checks.check(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
         + check_environment_column(cfg)
         + check_environment_servers(cfg)
         + check_working_dir(cfg)
@@ -271,8 +275,8 @@ def check_data(cfg: DictConfig, plan, batch_known: bool = True) -> list[Problem]
     (unchecked_data notes the others)."""
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
     problems = []
-    if cfg.data.loader in ("toy_math", "none") or _here(cfg.data.path):
-        problems += data_files.preflight(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
+    if not loaders.reads_path(cfg.data) or _here(cfg.data.path):  # generated, the user's own, or a local path
+        problems += data_checks.check(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
         problems += check_environment_column(cfg)
     if _here(cfg.data.eval_path):
         problems += _eval_data(cfg)
@@ -284,7 +288,7 @@ def unchecked_data(cfg: DictConfig) -> list[str]:
     notes = []
     for key in ("data.path", "data.eval_path"):
         path = OmegaConf.select(cfg, key)
-        if path is None or _here(path) or (key == "data.path" and cfg.data.loader in ("toy_math", "none")):
+        if path is None or _here(path) or (key == "data.path" and not loaders.reads_path(cfg.data)):
             continue
         where = "is not on this machine" if is_local_path(path) else "is a hub dataset id"
         notes.append(f"{key} {path} {where}: not checked by the plan (action=run checks it before launch)")
@@ -306,9 +310,14 @@ def _eval_data(cfg: DictConfig) -> list[Problem]:
         return []
     held_out = OmegaConf.merge(
         cfg.data,
-        {"loader": "hf", "path": cfg.data.eval_path, "split": cfg.data.eval_split or "train", "num_samples": None},
+        {
+            "loader": {"_target_": f"{data_files.__name__}.load"},
+            "path": cfg.data.eval_path,
+            "split": cfg.data.eval_split or "train",
+            "num_samples": None,
+        },
     )
-    found = data_files.preflight(held_out, reward_columns(cfg))
+    found = data_checks.check(held_out, reward_columns(cfg))
     return [
         Problem(
             "data.eval_path" if p.key == "data.path" else p.key, p.why, p.fix.replace("data.path", "data.eval_path")

@@ -20,9 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import DictConfig
 
+from grpo_exp.config import fingerprint
 from grpo_exp.core import outcome
 from grpo_exp.core.outcome import Mismatch
-from grpo_exp.config import fingerprint
 from grpo_exp.launching.vllm_server import bind_address
 
 log = logging.getLogger(__name__)

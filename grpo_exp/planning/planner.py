@@ -13,6 +13,7 @@ from dataclasses import replace
 from omegaconf import DictConfig
 
 from grpo_exp import GIB
+from grpo_exp import data as loaders
 from grpo_exp.config import env
 from grpo_exp.planning import host_memory, placement, vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
@@ -41,7 +42,7 @@ def preflight(cfg: DictConfig, plan) -> dict:
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     errors += [line for node in _distinct(hosts) for line in _host_errors(x, node)]
     notes = _card_notes(plan) + _prompt_notes(cfg, x) + _loopback_notes(cfg, plan)
-    if cfg.data.loader == "none" and cfg.data.max_prompt_length:
+    if loaders.prompts_from_environment(cfg.data) and cfg.data.max_prompt_length:
         notes.append(
             f"data=none: the environment's reset() gives every prompt; planned at data.max_prompt_length="
             f"{cfg.data.max_prompt_length} tokens (no data to scan: set it to reset()'s longest prompt)"

@@ -1,6 +1,7 @@
 """The longest prompt of the run's own data in the run's own tokens, where the plan can count them: TRL pads a batch's
 prompts to its longest, so that (not data.max_prompt_length, only a bound) is the prompt the activations and the
-KV cache hold. Counted for data=toy_math (its rows are generated from the seed) with the tiny model's tokenizer
+KV cache hold. Counted where the data's prompts are known before launch (data=toy_math generates them from the seed;
+a user's loader is called once) with the tiny model's tokenizer
 (model.name_or_path=null: built with `tokenizers` as training/tiny.py builds it) or a local model directory's
 tokenizer.json and chat template. Anything else (a hub model, data that is not here) is not counted: the plan
 keeps data.max_prompt_length. No transformers import: `tokenizers` and jinja2, ~50 ms.
@@ -12,25 +13,27 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from grpo_exp import data as loaders
 from grpo_exp import is_local_path
 from grpo_exp.config import env
-from grpo_exp.core import tiny_tokenizer, toy_math
+from grpo_exp.core import tiny_tokenizer
 
 
 def longest_prompt(cfg: DictConfig) -> int | None:
     """Tokens of the longest prompt (chat template and generation prompt included), or None where not counted."""
-    if cfg.data.loader != "toy_math" or env.active(cfg):  # tools add their schemas to the template: not counted
+    if env.active(cfg):  # tools add their schemas to the template: not counted
         return None
     found = _tokenizer(cfg.model)
-    if found is None:
+    prompts = loaders.prompts(cfg.data, cfg.seed) if found is not None and cfg.data.conversational else None
+    if not prompts:
         return None
     tokenizer, template = found
-    rows = toy_math.rows(cfg.data.num_samples, cfg.seed)
     system = [{"role": "system", "content": cfg.data.system_prompt}] if cfg.data.system_prompt else []
-    texts = {
-        template.render(messages=[*system, {"role": "user", "content": row["prompt"]}], add_generation_prompt=True)
-        for row in rows
-    }
+
+    def messages(prompt) -> list:
+        return list(prompt) if isinstance(prompt, list) else [*system, {"role": "user", "content": str(prompt)}]
+
+    texts = {template.render(messages=messages(p), add_generation_prompt=True) for p in prompts}
     return max(len(encoding.ids) for encoding in tokenizer.encode_batch(sorted(texts), add_special_tokens=False))
 
 

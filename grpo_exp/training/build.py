@@ -214,7 +214,7 @@ def tokenizer(cfg: DictConfig, path: str):
 def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phases=None):
     """A ready GRPOTrainer for the frozen config: measured_trainer's, which measures every phase of a step
     into `phases` (memory.telemetry; None: not measured) and says when TRL drops a tool's result."""
-    from grpo_exp.launching.data_files import row_problems
+    from grpo_exp.data.checks import row_problems
     from grpo_exp.training.data import build_dataset, build_eval_dataset
     from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
 

@@ -2,66 +2,28 @@
 every other column kept, because TRL hands each one to the reward functions as a keyword argument
 (grpo_exp's own rewards take `answer`).
 
-`data.loader` picks the function below: `toy_math` (generated), `gsm8k` (its final answers
-extracted), `hf` (anything `datasets.load_dataset` reads: a hub id, a `save_to_disk` directory,
-a folder of data files, or a .json/.jsonl/.csv/.parquet file) or `none` (the environment's reset()
-gives every prompt: TRL's environment_factory without a train_dataset). `data.prompt_column` and
+`data.loader` names the function that reads the rows (grpo_exp/data/: `toy_math` generated, `gsm8k` with its
+final answers extracted, `files` anything `datasets.load_dataset` reads, `none` when the environment's reset()
+gives every prompt; or the user's own, by `_target_`). `data.prompt_column` and
 `data.answer_column` become `prompt` and `answer`. `data.max_prompt_length` then drops prompts
 longer than that many tokens and logs how many went: TRL has no prompt length limit, and long
 prompts are the first thing to cut when GRPO runs out of memory.
 
-The driver checks local files before launch (launching/data_files.py); `datasets` is imported
-inside the loaders (workers), not on the driver.
+The driver checks the data before launch (data/checks.py); `datasets` is imported inside the loaders.
 """
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.core.toy_math import rows as toy_math_rows
-from grpo_exp.launching.data_files import FILE_FORMATS, is_saved_dataset
+from grpo_exp import data as loaders
+from grpo_exp.data import files
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
 log = logging.getLogger(__name__)
-
-
-def toy_math(cfg: DictConfig, seed: int) -> "Dataset":
-    """Arithmetic questions with exact integer answers, generated from the seed (core/toy_math.py)."""
-    from datasets import Dataset
-
-    return Dataset.from_list(toy_math_rows(cfg.num_samples, seed))
-
-
-def gsm8k(cfg: DictConfig, seed: int) -> "Dataset":
-    """GSM8K from the hub id in data.path, or a local copy with its columns (question, answer)."""
-    raw = hf(cfg, seed)
-    # GSM8K answers end in "#### <number>"; the reasoning before it is not the reward target.
-    return raw.map(lambda row: {cfg.answer_column: row[cfg.answer_column].split("####")[-1].strip()})
-
-
-def hf(cfg: DictConfig, seed: int) -> "Dataset":
-    """Whatever `datasets` reads at data.path: a file, a save_to_disk directory, a hub id."""
-    from datasets import DatasetDict, load_dataset, load_from_disk
-
-    local = Path(cfg.path).expanduser()
-    if local.is_file():
-        return load_dataset(FILE_FORMATS[local.suffix], data_files=str(local), split="train")
-    if is_saved_dataset(local):
-        saved = load_from_disk(str(local))
-        return saved[cfg.split] if isinstance(saved, DatasetDict) else saved
-    return load_dataset(cfg.path, cfg.subset, split=cfg.split)  # a hub id, or a folder of data files
-
-
-def none(cfg: DictConfig, seed: int) -> None:
-    """data=none: no dataset; the environment's reset() gives every prompt (TRL builds placeholder rows)."""
-    return None
-
-
-LOADERS = {"toy_math": toy_math, "gsm8k": gsm8k, "hf": hf, "none": none}
 
 
 def to_chat(prompt, system_prompt: str | None) -> list[dict]:
@@ -79,7 +41,7 @@ def build_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset | None":
     too-long prompts dropped; every other column stays for the reward functions. None for data=none.
     Rows without a prompt (TRL's multi-environment data: an `environment` column and that environment's
     own) keep none: each environment's reset() gives it, as TRL does."""
-    ds = LOADERS[cfg.loader](cfg, seed)
+    ds = loaders.load(cfg, seed)
     if ds is None:
         return None
     if cfg.num_samples is not None and len(ds) > cfg.num_samples:
@@ -105,7 +67,8 @@ def build_eval_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset | None
     if cfg.eval_path is None and cfg.eval_split is None:
         return None
     if cfg.eval_path is not None:
-        held_out = {"loader": "hf", "path": cfg.eval_path, "split": cfg.eval_split or "train"}
+        read_as_files = {"_target_": f"{files.__name__}.load"}  # a file or directory, read as data=hf reads it
+        held_out = {"loader": read_as_files, "path": cfg.eval_path, "split": cfg.eval_split or "train"}
     else:
         held_out = {"split": cfg.eval_split}
     ds = build_dataset(OmegaConf.merge(cfg, {**held_out, "num_samples": None}), tokenizer, seed)

@@ -136,7 +136,7 @@ def test_no_reward_source_at_all_is_refused_with_the_overrides_that_give_one():
 
 def test_data_none_the_environment_owns_the_data():
     text, cfg = report("data=none", COUNTER, "trainer.max_steps=4", "action=plan")
-    assert text == "" and cfg.data.loader == "none"
+    assert text == "" and cfg.data.loader._target_ == "grpo_exp.data.none.load"
     notes = planned("data=none", COUNTER, "trainer.max_steps=4").memory["notes"]
     assert any("data=none" in n and "data.max_prompt_length=128" in n for n in notes)
 

@@ -75,7 +75,7 @@ def test_the_environment_column_names_only_listed_environments(tmp_path):
 def test_the_environment_column_is_read_from_every_local_format(tmp_path, suffix):
     from datasets import Dataset
 
-    from grpo_exp.launching import data_files
+    from grpo_exp.data import files as data_files
 
     ds = Dataset.from_list([{"prompt": "p", "environment": e} for e in ("a", "b", "a")])
     path = tmp_path / f"rows{suffix}" if suffix != "saved" else tmp_path / "saved"

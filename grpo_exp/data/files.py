@@ -1,7 +1,7 @@
-"""The data a run reads, checked by the driver before launch without `datasets`: unreadable or
-empty local files (with file and line), a missing prompt column, a column a reward function needs,
-fewer rows than one generation batch takes. Hub datasets and folders of data files are not read
-here; the worker checks the dataset it built (`row_problems` again). json, csv and pyarrow only.
+"""data=hf (and gsm8k, jsonl): anything `datasets.load_dataset` reads at data.path: a hub id, a `save_to_disk`
+directory, a folder of data files, or a .json/.jsonl/.csv/.parquet file. Before launch a local file or saved
+dataset is scanned without `datasets` (json, csv and pyarrow only): unreadable or empty files with file and line,
+its columns and rows (data/checks.py checks them); hub datasets and folders of data files are read in the worker.
 """
 
 import csv
@@ -11,11 +11,62 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp import Problem, is_local_path
-from grpo_exp.core import toy_math
 
 # Local files by suffix -> the `datasets` builder that reads them (training/data.py loads them).
 FILE_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 MAX_REPORTED_ERRORS = 3
+READS_PATH = True  # data.path names what it reads
+
+
+def load(data: DictConfig, seed: int):
+    """Whatever `datasets` reads at data.path: a file, a save_to_disk directory, a hub id."""
+    from datasets import DatasetDict, load_dataset, load_from_disk
+
+    local = Path(data.path).expanduser()
+    if local.is_file():
+        return load_dataset(FILE_FORMATS[local.suffix], data_files=str(local), split="train")
+    if is_saved_dataset(local):
+        saved = load_from_disk(str(local))
+        return saved[data.split] if isinstance(saved, DatasetDict) else saved
+    return load_dataset(data.path, data.subset, split=data.split)  # a hub id, or a folder of data files
+
+
+def scan(data: DictConfig) -> tuple[set[str] | None, int | None, str] | list[Problem]:
+    """(columns, rows, where) of data.path as far as it can be read here (None: not read here: a hub id or a folder
+    of data files), or the problems that make it unreadable."""
+    if data.path is None:
+        return [
+            Problem(
+                "data.path",
+                "is required to read data from files or the hub",
+                "set data.path=<a .jsonl/.csv/.parquet file, a save_to_disk directory or a hub dataset id>",
+            )
+        ]
+    local = Path(data.path).expanduser()
+    if local.suffix in FILE_FORMATS and not local.is_file():
+        why, fix = f"file {local} does not exist", f"point data.path at an existing {local.suffix} file"
+        return [Problem("data.path", why, fix)]
+    if is_local_path(data.path) and not local.exists():
+        return [
+            Problem(
+                "data.path",
+                f"{local} does not exist",
+                "point data.path at an existing file or save_to_disk directory, or give a hub dataset id",
+            )
+        ]
+    if local.is_file() and local.suffix not in FILE_FORMATS:
+        return [
+            Problem(
+                "data.path",
+                f"{local} is not a format grpo_exp reads ({local.suffix})",
+                f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory",
+            )
+        ]
+    try:
+        found = _scan_local(local, data)
+    except _Unreadable as unreadable:
+        return unreadable.problems
+    return (None, None, str(local)) if found is None else (*found, str(local))
 
 
 def is_saved_dataset(path: Path) -> bool:
@@ -28,150 +79,6 @@ class _Unreadable(Exception):
 
     def __init__(self, problems: list[Problem]):
         self.problems = problems
-
-
-def preflight(
-    cfg: DictConfig,
-    reward_columns: dict[str, list[str]],
-    prompts_per_batch: int | None = None,
-    environment_prompts: bool = False,
-) -> list[Problem]:
-    """Problems with the data the run would read, found without `datasets`: unreadable or empty
-    local files, a missing prompt column, columns the reward functions need, fewer rows than one
-    generation batch takes (`prompts_per_batch` distinct prompts, when the batch is known). Hub
-    datasets and folders of data files are not read here (the worker reports those).
-    `environment_prompts`: an environment's reset() gives the prompt of a row that has none (TRL)."""
-    if cfg.loader == "none":  # TRL's placeholder rows: one empty prompt each, as many as a generation batch takes
-        return _column_problems(cfg, {"prompt"}, "data=none (TRL's rows hold only the prompt)", reward_columns)
-    if cfg.loader == "toy_math":
-        # it generates data.num_samples rows
-        columns, rows = (
-            {"prompt", "answer"},
-            None if cfg.num_samples else toy_math.ROWS,
-        )
-        where = "toy_math"
-    elif cfg.path is None:
-        return [
-            Problem(
-                "data.path",
-                f"is required for data.loader={cfg.loader}",
-                "set data.path=<a .jsonl/.csv/.parquet file, a save_to_disk directory or a hub dataset id>",
-            )
-        ]
-    else:
-        local = Path(cfg.path).expanduser()
-        where = str(local)
-        if local.suffix in FILE_FORMATS and not local.is_file():
-            return [
-                Problem(
-                    "data.path", f"file {local} does not exist", f"point data.path at an existing {local.suffix} file"
-                )
-            ]
-        if is_local_path(cfg.path) and not local.exists():
-            return [
-                Problem(
-                    "data.path",
-                    f"{local} does not exist",
-                    "point data.path at an existing file or save_to_disk directory, or give a hub dataset id",
-                )
-            ]
-        if local.is_file() and local.suffix not in FILE_FORMATS:
-            return [
-                Problem(
-                    "data.path",
-                    f"{local} is not a format grpo_exp reads ({local.suffix})",
-                    f"use one of: {', '.join(FILE_FORMATS)} or a save_to_disk directory",
-                )
-            ]
-        try:
-            found = _scan_local(local, cfg)
-        except _Unreadable as unreadable:
-            return unreadable.problems
-        if found is None:  # a hub id or a folder of data files: read in the worker (data.num_samples bounds it)
-            return row_problems(cfg, None, where, prompts_per_batch)
-        columns, rows = found
-    if environment_prompts and cfg.prompt_column not in columns:
-        columns = columns | {cfg.prompt_column}  # TRL's multi-environment rows: reset() gives the prompt
-    return _column_problems(cfg, columns, where, reward_columns) + row_problems(cfg, rows, where, prompts_per_batch)
-
-
-def row_problems(cfg: DictConfig, rows: int | None, where: str, prompts_per_batch: int | None) -> list[Problem]:
-    """TRL's sampler drops a generation batch it cannot fill with distinct prompts, so fewer rows
-    than one batch takes would end the run at step 0 as if it had completed. The driver asks with
-    the rows of a local file; the worker again with the dataset it built (hub data, filtering)."""
-    if prompts_per_batch is None:
-        return []
-    capped = cfg.num_samples is not None and (rows is None or cfg.num_samples < rows)
-    usable = cfg.num_samples if capped else rows
-    if usable is None or usable >= prompts_per_batch:
-        return []
-    why = f"one generation batch takes {prompts_per_batch} distinct prompts; the run would train 0 steps"
-    if capped:
-        return [
-            Problem(
-                "data.num_samples",
-                f"{usable} prompts are too few: {why}",
-                f"data.num_samples={prompts_per_batch} or more, or a smaller "
-                "per_device_train_batch_size/steps_per_generation",
-            )
-        ]
-    return [
-        Problem(
-            "data.path",
-            f"{where} holds {usable} prompts, too few: {why}",
-            "give more rows, or a smaller per_device_train_batch_size/steps_per_generation",
-        )
-    ]
-
-
-def _column_problems(
-    cfg: DictConfig, columns: set[str], where: str, reward_columns: dict[str, list[str]]
-) -> list[Problem]:
-    listed = ", ".join(sorted(columns))
-    problems = []
-    if cfg.prompt_column not in columns:
-        problems.append(
-            Problem(
-                "data.prompt_column",
-                f"'{cfg.prompt_column}' is not a column of {where} (columns: {listed})",
-                f"set data.prompt_column to the column holding prompts: one of {listed}",
-            )
-        )
-    if cfg.answer_column != "answer" and cfg.answer_column in columns and "answer" in columns:
-        problems.append(
-            Problem(
-                "data.answer_column",
-                f"renaming '{cfg.answer_column}' to 'answer' would replace the existing 'answer' column of {where}",
-                "rename one of the columns in the data",
-            )
-        )
-    renamed = {"prompt": cfg.prompt_column, "answer": cfg.answer_column}
-    available = {new for new, old in renamed.items() if old in columns} | (columns - set(renamed.values()))
-    needed_by: dict[str, list[str]] = {}
-    for reward, needed in reward_columns.items():
-        for column in needed:
-            needed_by.setdefault(column, []).append(f"data.rewards.{reward}")
-    for column, rewards in needed_by.items():
-        if column in available:
-            continue
-        if column == "answer":
-            problems.append(
-                Problem(
-                    "data.answer_column",
-                    f"'{cfg.answer_column}' is not a column of {where} (columns: {listed}), and {', '.join(rewards)} "
-                    "need the reference answers",
-                    f"set data.answer_column to the column holding them, or remove {', '.join(rewards)}",
-                )
-            )
-        else:
-            problems.append(
-                Problem(
-                    rewards[0],
-                    f"takes an argument `{column}`, which no column of {where} provides (columns: {listed})",
-                    f"add a column '{column}' to the data, or bind it in the config: {rewards[0]}.{column}=...",
-                )
-            )
-    return problems
 
 
 def _scan_local(path: Path, cfg: DictConfig) -> tuple[set[str], int] | None:
@@ -335,7 +242,7 @@ def column_values(cfg: DictConfig, column: str) -> set | None:
     """The distinct values of one column of a local data source (env.factories' `environment`); None where
     the data is not read here (toy_math, hub ids, folders of files) or lacks the column. Read after preflight
     found the source readable."""
-    path = Path(cfg.path).expanduser() if cfg.loader != "toy_math" and cfg.path else None
+    path = Path(cfg.path).expanduser() if cfg.path else None
     if path is None or not path.exists():
         return None
     if path.suffix in (".json", ".jsonl"):

@@ -1,0 +1,12 @@
+"""data=gsm8k: GSM8K from the hub id in data.path, or a local copy with its columns (question, answer), read as
+data=hf reads it; its answers end in "#### <number>", and the reasoning before it is not the reward target."""
+
+from grpo_exp.data import files
+
+READS_PATH = True
+scan = files.scan
+
+
+def load(data, seed: int):
+    raw = files.load(data, seed)
+    return raw.map(lambda row: {data.answer_column: row[data.answer_column].split("####")[-1].strip()})
