@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from grpo_exp.core import rundir, vllm_log
+from grpo_exp.core.status import Status
 
 
 class Mismatch(RuntimeError):
@@ -36,23 +37,30 @@ EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined, or tr
 EXIT_PREEMPTED = 75  # stopped by SIGTERM/SIGUSR1/SIGUSR2 after saving a checkpoint (EX_TEMPFAIL: run it again)
 EXIT_INTERRUPTED = 130
 EXIT_CODES = {
-    "completed": EXIT_OK,
-    "planned": EXIT_OK,  # action=plan in a sweep: nothing was meant to run
-    "failed": EXIT_FAILED,
-    "invalid": EXIT_INVALID,
-    "predicted_oom": EXIT_PREDICTED_OOM,
-    "oom": EXIT_OOM,
-    "mismatch": EXIT_HANG_PREVENTED,
-    "rendezvous_timeout": EXIT_HANG_PREVENTED,
-    "stalled": EXIT_HANG_PREVENTED,
-    "interrupted": EXIT_INTERRUPTED,
-    "preempted": EXIT_PREEMPTED,
+    Status.COMPLETED: EXIT_OK,
+    Status.PLANNED: EXIT_OK,  # action=plan in a sweep: nothing was meant to run
+    Status.FAILED: EXIT_FAILED,
+    Status.INVALID: EXIT_INVALID,
+    Status.PREDICTED_OOM: EXIT_PREDICTED_OOM,
+    Status.OOM: EXIT_OOM,
+    Status.MISMATCH: EXIT_HANG_PREVENTED,
+    Status.RENDEZVOUS_TIMEOUT: EXIT_HANG_PREVENTED,
+    Status.STALLED: EXIT_HANG_PREVENTED,
+    Status.INTERRUPTED: EXIT_INTERRUPTED,
+    Status.PREEMPTED: EXIT_PREEMPTED,
 }
 
 # Which rank's end explains the run: a config mismatch first, then an OOM over a crash (a peer's
 # crash is often just the broken connection an OOM'd rank left), a crash over an interruption;
 # the earliest first. A completed or preempted rank explains nothing when another one failed.
-_CAUSE_PRIORITY = {"mismatch": 0, "oom": 1, "failed": 2, "interrupted": 3, "preempted": 4, "completed": 5}
+_CAUSE_PRIORITY = {
+    Status.MISMATCH: 0,
+    Status.OOM: 1,
+    Status.FAILED: 2,
+    Status.INTERRUPTED: 3,
+    Status.PREEMPTED: 4,
+    Status.COMPLETED: 5,
+}
 
 _CPU_OOM = re.compile(r"can't allocate memory: you tried to allocate (\d+) bytes")
 _CUDA_OOM = re.compile(r"Tried to allocate ([\d.]+) (GiB|MiB|KiB|B)")
@@ -67,7 +75,7 @@ _RENDEZVOUS_TIMEOUT = re.compile(
 def write_status(run_dir: Path, status: str, **fields) -> dict:
     """summary.json gains `status`, its exit code and `fields` (the driver's before and after launch).
     A running run has no exit code yet; an ended one gets its end time (ended_at, beside started_at)."""
-    if status == "running":
+    if status == Status.RUNNING:
         return rundir.write_summary(run_dir, status=status, exit_code=None, **fields)
     return rundir.write_summary(run_dir, status=status, exit_code=EXIT_CODES[status], ended_at=time.time(), **fields)
 
@@ -94,15 +102,15 @@ def classify(exc: BaseException, rank: int, phases=None) -> dict:
     interrupted or failed."""
     record = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
     if isinstance(exc, KeyboardInterrupt):
-        return {**record, "status": "interrupted", "error": None}
+        return {**record, "status": Status.INTERRUPTED, "error": None}
     if isinstance(exc, Mismatch):
-        return {**record, "status": "mismatch", "error": str(exc)}
+        return {**record, "status": Status.MISMATCH, "error": str(exc)}
     oom = oom_details(exc)
     if oom is None:
-        return {**record, "status": "failed"}
+        return {**record, "status": Status.FAILED}
     snapshot = phases.probe.snapshot() if phases is not None else None
     phase = phases.failed_phase if phases is not None else None
-    return {**record, "status": "oom", "oom": {"phase": phase, "rank": rank, **oom, "snapshot": snapshot}}
+    return {**record, "status": Status.OOM, "oom": {"phase": phase, "rank": rank, **oom, "snapshot": snapshot}}
 
 
 def read_records(run_dir: Path) -> list[dict]:
@@ -124,7 +132,7 @@ def explain(records: list[dict]) -> dict:
     cause = root_cause(records) or own
     return {
         **own,
-        "status": cause.get("status", "failed"),
+        "status": cause.get("status", Status.FAILED),
         "error": cause.get("error"),
         **({"oom": cause["oom"]} if "oom" in cause else {}),
     }
@@ -135,14 +143,16 @@ def status_of(run_dir: Path, code: int) -> str:
     records = read_records(run_dir)
     if records:
         return explain(records)["status"]
-    return {EXIT_OK: "completed", EXIT_INTERRUPTED: "interrupted", EXIT_PREEMPTED: "preempted"}.get(code, "failed")
+    return {EXIT_OK: Status.COMPLETED, EXIT_INTERRUPTED: Status.INTERRUPTED, EXIT_PREEMPTED: Status.PREEMPTED}.get(
+        code, Status.FAILED
+    )
 
 
 def concluded(run_dir: Path, code: int, started: float) -> dict:
     """The run's final summary once its processes are gone: a SLURM job's node-0 task concluded it
     already (its wall_s is the job's run time, not the queue's); otherwise conclude it now."""
     summary = rundir.read_summary(run_dir)
-    if summary.get("status") not in (None, "running"):  # a dedicated serving node ended with the run's status
+    if summary.get("status") not in (None, Status.RUNNING):  # a dedicated serving node ended with the run's status
         summary = rundir.write_summary(run_dir, **vllm_log.summary_keys(_log_text(run_dir)))
         return summary if "wall_s" in summary else rundir.write_summary(run_dir, wall_s=time.time() - started)
     return conclude(run_dir, code, time.time() - started)
@@ -175,18 +185,18 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
         ended = explain(records)
         ended.pop("rank", None)
         ended.pop("time", None)
-        if killed and ended["status"] == "failed":  # the survivors saw only the broken connection
+        if killed and ended["status"] == Status.FAILED:  # the survivors saw only the broken connection
             ended["error"] = f"{ended.get('error')}.{killed}"
         return write_status(run_dir, ended.pop("status"), **ended, wall_s=wall_s)
     if code == EXIT_OK:  # a node without rank 0: the run's summary lives on node 0
-        return write_status(run_dir, "completed", wall_s=wall_s, note="rank 0's node holds the run's metrics")
+        return write_status(run_dir, Status.COMPLETED, wall_s=wall_s, note="rank 0's node holds the run's metrics")
     if code == EXIT_INTERRUPTED:
-        return write_status(run_dir, "interrupted", wall_s=wall_s)
+        return write_status(run_dir, Status.INTERRUPTED, wall_s=wall_s)
     stacks = sorted((run_dir / rundir.STACKS).glob("rank*.txt")) if (run_dir / rundir.STACKS).is_dir() else []
     if stacks:
         return write_status(
             run_dir,
-            "stalled",
+            Status.STALLED,
             wall_s=wall_s,
             error="no training step finished for watchdog.stall_s: "
             + ", ".join(f"{path.stem} in phase {_last_phase(run_dir, path.stem)}" for path in stacks)
@@ -197,7 +207,7 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
     if timeout:
         return write_status(
             run_dir,
-            "rendezvous_timeout",
+            Status.RENDEZVOUS_TIMEOUT,
             wall_s=wall_s,
             error=f"not every node joined within topology.rendezvous_timeout_s ({timeout.group(0)}). Start the same "
             "command on every node with its topology.node_rank, and check topology.master_addr/master_port are "
@@ -205,7 +215,7 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
         )
     return write_status(
         run_dir,
-        "failed",
+        Status.FAILED,
         wall_s=wall_s,
         error=f"training processes exited with code {code} without a result; see {run_dir / rundir.LOG}.{killed}",
     )

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import PHASES
 from grpo_exp.core import metrics
+from grpo_exp.core.status import Status
 
 CONFIG = "config.yaml"
 PLAN = "plan.json"
@@ -231,7 +232,7 @@ def holds_run(run_dir: Path) -> dict | None:
     """The summary of the run `run_dir` already holds, or None. A dir holding only a plan
     (action=plan) holds no run yet: running it there is the natural next step."""
     summary = read_summary(run_dir)
-    return summary if summary and summary.get("status") != "planned" else None
+    return summary if summary and summary.get("status") != Status.PLANNED else None
 
 
 def latest_checkpoint(run_dir: Path) -> tuple[Path, int] | None:

@@ -25,6 +25,7 @@ from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, resume
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
+from grpo_exp.core.status import Status
 from grpo_exp.launching import launch, ports, preflight
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import fixes, placement, plan_file, planner
@@ -214,7 +215,7 @@ def _resumed(cfg: DictConfig, run_dir: Path, overrides: list[str]):
         return None, None, Ended(outcome.EXIT_INVALID, None)
     run_dir = Path(cfg.resume)
     done = rundir.read_summary(run_dir)
-    if done.get("status") == "completed" and 0 <= cfg.trainer.max_steps <= (done.get("global_step") or 0):
+    if done.get("status") == Status.COMPLETED and 0 <= cfg.trainer.max_steps <= (done.get("global_step") or 0):
         log.info("%s already completed at step %s; nothing to resume", run_dir, done.get("global_step"))
         return None, None, Ended(outcome.EXIT_OK, run_dir, done)
     return cfg, run_dir, None
@@ -225,7 +226,9 @@ def _refuse(run_dir: Path, problems: list[Problem], sweeping: bool) -> Ended:
     errors.report("\n".join(map(str, problems)))
     if sweeping:
         return Ended(
-            outcome.EXIT_INVALID, run_dir, outcome.write_status(run_dir, "invalid", error="\n".join(map(str, problems)))
+            outcome.EXIT_INVALID,
+            run_dir,
+            outcome.write_status(run_dir, Status.INVALID, error="\n".join(map(str, problems))),
         )
     _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
     return Ended(outcome.EXIT_INVALID, None)
@@ -284,7 +287,7 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
         rundir.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
         log.info("resuming %s from %s", run_dir, checkpoint[0] if checkpoint else "step 0 (no checkpoint was saved)")
     rundir.clear_rank_records(run_dir)  # a resumed run's last attempt is in summary.json already
-    outcome.write_status(run_dir, "running", world_size=plan.world_size, node_rank=node.node_rank)
+    outcome.write_status(run_dir, Status.RUNNING, world_size=plan.world_size, node_rank=node.node_rank)
     log.info("run dir %s", run_dir)
     if cfg.launcher.name == "slurm" and (not cfg.launcher.slurm.wait or (job.sweeping and job.independent_trials)):
         return _submit_without_waiting(cfg, run_dir, plan)
@@ -302,10 +305,10 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
         else:
             code = launch.run_node(cfg, run_dir, node)
     except LaunchFailed as exc:  # SLURM or kubectl refused the job, or the vLLM server never answered
-        rundir.write_rank_record(run_dir, node.node_rank, {"status": "failed", "error": str(exc)})
+        rundir.write_rank_record(run_dir, node.node_rank, {"status": Status.FAILED, "error": str(exc)})
         code = outcome.EXIT_FAILED
     except Mismatch as exc:  # a dedicated serving node runs another config
-        rundir.write_rank_record(run_dir, node.node_rank, {"status": "mismatch", "error": str(exc)})
+        rundir.write_rank_record(run_dir, node.node_rank, {"status": Status.MISMATCH, "error": str(exc)})
         code = outcome.EXIT_HANG_PREVENTED
     summary = outcome.concluded(run_dir, code, started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
@@ -324,7 +327,7 @@ def _submit_without_waiting(cfg: DictConfig, run_dir: Path, plan) -> Ended:
             job = slurm.submit(cfg, run_dir, plan)
             print(f"submitted SLURM job {job.job_id}: {run_dir}  (grpo-exp compare {run_dir})")
     except slurm.Refused as exc:  # this trial's job only: the sweep goes on
-        summary = outcome.write_status(run_dir, "failed", error=str(exc), wall_s=0.0)
+        summary = outcome.write_status(run_dir, Status.FAILED, error=str(exc), wall_s=0.0)
         log.error("%s: %s", run_dir.name, exc)
         return Ended(summary["exit_code"], run_dir, summary)
     return Ended(outcome.EXIT_OK, run_dir, rundir.read_summary(run_dir))

@@ -24,6 +24,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp.core import outcome, rundir
+from grpo_exp.core.status import Status
 from grpo_exp.launching import kubernetes, launch
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a closed terminal: the job goes with the driver
         kubectl("delete", RESOURCE[kind], k.job_name, "-n", k.namespace, "--wait=false")
         log.warning("interrupted: deleted %s %s", kind, k.job_name)
-        ended = {"status": "interrupted", "error": None}
+        ended = {"status": Status.INTERRUPTED, "error": None}
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -100,7 +101,7 @@ def follow(cfg: DictConfig, run_dir: Path, kind: str) -> dict:
             )
             last = state
         if state["phase"] == "completed":
-            return {"status": "completed", "error": None}
+            return {"status": Status.COMPLETED, "error": None}
         if state["phase"] == "failed":
             return failure(cfg, state)
         time.sleep(k.poll_s)
@@ -140,12 +141,12 @@ def failure(cfg: DictConfig, state: dict) -> dict:
     for pod, container, reason in terminations(pods):
         if reason == "OOMKilled":
             return {
-                "status": "oom",
+                "status": Status.OOM,
                 "error": f"pod {pod} container {container} was OOMKilled: it went over its memory limit "
                 "(launcher.kubernetes.memory_headroom x the host RAM planned)",
                 "oom": {"kind": "host", "pod": pod, "container": container, "phase": None, "rank": None},
             }
-    return {"status": "failed", "error": f"{state.get('reason')}: {state.get('message')}"}
+    return {"status": Status.FAILED, "error": f"{state.get('reason')}: {state.get('message')}"}
 
 
 def terminations(pods: dict):

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from grpo_exp.core import rundir
+from grpo_exp.core.status import Status
 
 VMSTAT = Path("/proc/vmstat")
 # torchrun's failure report, one block per failed rank: "rank      : 1 (local_rank: 1)" then
@@ -53,7 +54,7 @@ def record(run_dir: Path, node: int, ranks: list[int], kills_before: int | None)
             rank,
             {
                 "rank": rank,
-                "status": "oom",
+                "status": Status.OOM,
                 "time": time.time(),
                 "error": f"rank {rank} on node {node} was killed by the kernel's OOM killer (SIGKILL) in phase "
                 f"{phase or 'start-up'}: the node ran out of host RAM (action=plan shows host RAM per node)",

@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from grpo_exp.config import fingerprint
 from grpo_exp.core import outcome
 from grpo_exp.core.outcome import Mismatch
+from grpo_exp.core.status import Status
 from grpo_exp.launching.vllm_server import bind_address
 
 log = logging.getLogger(__name__)
@@ -84,10 +85,10 @@ def serve_until_stopped(cfg: DictConfig, server, run_dir) -> int:
                 return outcome.EXIT_FAILED
     finally:
         agent.close()
-    status = agent.outcome.get("status", "failed")
+    status = agent.outcome.get("status", Status.FAILED)
     outcome.write_status(
         run_dir,
-        status if status in outcome.EXIT_CODES else "failed",
+        status if status in outcome.EXIT_CODES else Status.FAILED,
         error=agent.outcome.get("error"),
         note="dedicated serving node: the run's result is on node 0",
     )
@@ -119,7 +120,7 @@ def check_fingerprint(cfg: DictConfig) -> None:
         message = "the serving node runs another config; start every node with the same command:\n  " + "\n  ".join(
             problems
         )
-        send_stop(cfg, "mismatch", message)
+        send_stop(cfg, Status.MISMATCH, message)
         raise Mismatch(message)
 
 

@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
+from grpo_exp.core.status import Status
 from grpo_exp.launching import launch
 from grpo_exp.planning.placement import Plan
 
@@ -394,7 +395,7 @@ class NodeTask:
             checkpoint = rundir.latest_checkpoint(run_dir)
             rundir.clear_rank_records(run_dir)
             rundir.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
-            outcome.write_status(run_dir, "running", slurm_restarts=restarts)
+            outcome.write_status(run_dir, Status.RUNNING, slurm_restarts=restarts)
         started = time.time()
         if env.global_rank == 0:
             rundir.write_summary(run_dir, started_at=started)  # the job's start, not its submission
@@ -405,14 +406,14 @@ class NodeTask:
         refused = versions.check(cfg, serves=bool(node.vllm_gpus), trains=node.train_procs > 0)
         if refused:
             error = f"node {env.global_rank} ({env.hostnames[env.global_rank]}): " + "; ".join(p.why for p in refused)
-            rundir.write_rank_record(run_dir, env.global_rank, {"status": "invalid", "error": error})
+            rundir.write_rank_record(run_dir, env.global_rank, {"status": Status.INVALID, "error": error})
             code = outcome.EXIT_INVALID
         else:
             code = launch.run_node(cfg, run_dir, node, log_path=run_dir / log_name)
         if env.global_rank != 0:
             return code
         summary = outcome.conclude(run_dir, code, time.time() - started)
-        if summary["status"] == "preempted" and "SLURM_JOB_ID" in os.environ:
+        if summary["status"] == Status.PREEMPTED and "SLURM_JOB_ID" in os.environ:
             ending = _ending(env.job_id)
             if ending:  # scancel (a stopped driver, a person) or SLURM's own preemption: a requeue would undo it
                 log.warning(

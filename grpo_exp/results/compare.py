@@ -17,6 +17,7 @@ from pathlib import Path
 
 from grpo_exp.config.overrides import values
 from grpo_exp.core import metrics, rundir
+from grpo_exp.core.status import Status
 
 FAILED_STATUSES = {
     "oom": "OOM",
@@ -46,7 +47,7 @@ class Run:
     @property
     def planned(self) -> bool:
         """A trial of a planning sweep (action=plan): predicted figures only."""
-        return self.status == "planned"
+        return self.status == Status.PLANNED
 
     @property
     def peak_gib(self) -> float | None:
@@ -273,7 +274,7 @@ def table(runs: list[Run], title: str = "runs", full_keys: bool = False):
         left = column in ("run", "status", "verdict", "top fix", "oom phase")
         out.add_column(column if full_keys else column.rsplit(".", 1)[-1], justify="left" if left else "right")
     for run, row in zip(runs, data, strict=True):
-        style = None if row.get("status", row.get("verdict")) in ("completed", "fits") else "red"
+        style = None if row.get("status", row.get("verdict")) in (Status.COMPLETED, "fits") else "red"
         cells = {key: _fmt(value) for key, value in row.items()}
         if run.path is not None:
             cells["run"] = f"[link=file://{run.path}]{cells['run']}[/link]"
@@ -304,7 +305,7 @@ def sweep_grid(runs: list[Run], keys: list[str]):
             ys.index(run.overrides[yk]),
             xs.index(run.overrides[xk]),
             run,
-            run.summary.get("fits") if run.planned else run.status == "completed",
+            run.summary.get("fits") if run.planned else run.status == Status.COMPLETED,
         )
         for run in runs
         if run.overrides.get(xk) in xs and run.overrides.get(yk) in ys

@@ -20,6 +20,7 @@ from pathlib import Path
 from grpo_exp import PHASES
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.metrics import BYTE_STATS, VLLM
+from grpo_exp.core.status import Status
 
 # The stats a GPU run has; a CPU run logs host_rss_max only (core/metrics.py).
 GPU_STATS = tuple(s for s in BYTE_STATS if s != "host_rss_max")
@@ -103,7 +104,7 @@ def workspaces(project: str, entity: str, group: str | None):
         name=f"grpo_exp OOMs{f': {group}' if group else ''}",
         sections=[],
         runset_settings=ws.RunsetSettings(
-            filters=expr.And(*in_group, ws.Summary("status") == "oom"),
+            filters=expr.And(*in_group, ws.Summary("status") == Status.OOM),
             pinned_columns=[
                 "summary:oom.phase",
                 "summary:oom.rank",

@@ -10,6 +10,7 @@ from pathlib import Path
 from grpo_exp import GIB, PHASES
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.metrics import VLLM
+from grpo_exp.core.status import Status
 
 
 def _measure(summary: dict) -> str:
@@ -118,7 +119,7 @@ def headline(summary: dict) -> list[str]:
             + (f": {requested / GIB:.2f} GiB requested" if requested else "")
             + (f": killed by the kernel's OOM killer on node {oom.get('node')}" if oom.get("killed_by") else "")
         )
-    elif summary.get("error") and summary.get("status") != "completed":
+    elif summary.get("error") and summary.get("status") != Status.COMPLETED:
         lines.append(str(summary["error"]).splitlines()[0][:180])
     return lines
 

@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp.config.checks import trackers
 from grpo_exp.config.overrides import values
 from grpo_exp.core import rundir
+from grpo_exp.core.status import Status
 
 
 def has_wandb_credentials() -> bool:
@@ -254,9 +255,9 @@ class SwanLabTracker:
         step = int(summary.get("global_step") or 0)
         self.run.log(_summary_metrics(summary), step=step)
         self.run.config.update({"status": status})  # compare reads it back (config.yaml of the run)
-        if status == "completed":
+        if status == Status.COMPLETED:
             self.run.finish(state="success")
-        elif status == "preempted":  # saved and stopped: it resumes into this run
+        elif status == Status.PREEMPTED:  # saved and stopped: it resumes into this run
             self.run.finish(state="aborted")
         else:
             self.run.finish(state="crashed", error=summary.get("error") or status)

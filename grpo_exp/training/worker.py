@@ -29,6 +29,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import visible_devices
 from grpo_exp.core import metrics, outcome, rundir
+from grpo_exp.core.status import Status
 from grpo_exp.planning import plan_file
 from grpo_exp.training.preemption import Preemption
 
@@ -138,7 +139,7 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
             state.meter.install()
         result = trainer.train(resume_from_checkpoint=str(state.checkpoint[0]) if state.checkpoint else None)
         ended = {
-            "status": "completed",
+            "status": Status.COMPLETED,
             "time": time.time(),
             "error": None,
             "global_step": result.global_step,
@@ -148,7 +149,7 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
         if preemption.signal_name is not None:
             saved = rundir.latest_checkpoint(state.run_dir)
             ended.update(
-                status="preempted",
+                status=Status.PREEMPTED,
                 error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
                 f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={state.run_dir}` "
                 "continues",
@@ -158,12 +159,12 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
     except BaseException as exc:  # KeyboardInterrupt included: every end is recorded
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the record short
         ended = outcome.classify(exc, state.rank, state.phases)
-        if ended["status"] == "interrupted" and preemption.signal_name is not None:
+        if ended["status"] == Status.INTERRUPTED and preemption.signal_name is not None:
             ended.update(
-                status="preempted",
+                status=Status.PREEMPTED,
                 error=f"stopped by {preemption.signal_name} before training started; nothing to save",
             )
-        if ended["status"] != "interrupted":
+        if ended["status"] != Status.INTERRUPTED:
             log.exception("training failed (%s)", ended["status"])
         return ended
 
@@ -179,7 +180,7 @@ def _record(state: _Rank, ended: dict) -> None:
         measured = state.meter.metrics() if state.meter is not None else {}
         if state.phases is not None:
             measured.update(phases.throughput(state.phases, state.callback.last_logs))
-        if ended["status"] != "completed" and state.phases is not None:
+        if ended["status"] != Status.COMPLETED and state.phases is not None:
             # the steps since the last logging step were never gathered: the phases that finished and what the
             # dying phase reached (its segment closed as the exception left it) are this rank's own figures
             phases.run_peaks(phases.aggregate([state.phases.take_window()], [phases.this_node()]), state.peaks)
@@ -193,7 +194,7 @@ def _record(state: _Rank, ended: dict) -> None:
             first_metrics=previous.get("first_metrics") or state.callback.first_logs,
             worker_wall_s=round(time.time() - state.started, 3),
         )
-    if state.rank == 0 or ended["status"] != "completed":
+    if state.rank == 0 or ended["status"] != Status.COMPLETED:
         rundir.write_rank_record(state.run_dir, state.rank, ended)
     # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
     if state.rank == 0:

@@ -25,6 +25,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.core import gpus, rundir
+from grpo_exp.core.status import Status
 from grpo_exp.launching import slurm
 from grpo_exp.planning import planner
 
@@ -142,9 +143,9 @@ class FrontierSweeper(Sweeper):
 def _trial(result: JobReturn, axis, batch) -> dict:
     run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
     summary = rundir.read_summary(run_dir)
-    status = summary.get("status", "failed")
+    status = summary.get("status", Status.FAILED)
     # with action=plan every trial is the planner's verdict: the frontier it predicts, nothing launched
-    fits = bool(summary.get("fits")) if status == "planned" else status == "completed"
+    fits = bool(summary.get("fits")) if status == Status.PLANNED else status == Status.COMPLETED
     value = rundir.optimized(summary, result.cfg.get("optimized_metric", "tokens_per_s"))
     return {"axis": axis, "batch": batch, "status": status, "fits": fits, "run_dir": str(run_dir), "metric": value}
 

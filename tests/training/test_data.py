@@ -3,13 +3,14 @@
 import pytest
 from omegaconf import OmegaConf
 
+from grpo_exp.data import gsm8k, toy_math
 from grpo_exp.training import data
 from tests.helpers import compose_cfg
 
 
 def test_toy_math_is_deterministic_and_exact():
     cfg = OmegaConf.create({"num_samples": 50})
-    first, second = data.toy_math(cfg, seed=1), data.toy_math(cfg, seed=1)
+    first, second = toy_math.load(cfg, seed=1), toy_math.load(cfg, seed=1)
     assert first.to_list() == second.to_list() and len(first) == 50
     for row in first:
         a, op, b = row["prompt"].removeprefix("What is ").removesuffix("?").split()
@@ -18,7 +19,7 @@ def test_toy_math_is_deterministic_and_exact():
 
 def test_gsm8k_loader_reads_local_file_and_extracts_final_answer():
     cfg = compose_cfg("data=gsm8k", "data.path=tests/fixtures/gsm8k_sample.jsonl").data
-    ds = data.gsm8k(cfg, seed=0)
+    ds = gsm8k.load(cfg, seed=0)
     assert ds.column_names == ["question", "answer"]
     assert ds[0]["answer"] == "72" and ds[7]["answer"] == "990"
 
