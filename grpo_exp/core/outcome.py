@@ -72,6 +72,45 @@ _RENDEZVOUS_TIMEOUT = re.compile(
 )
 
 
+def note(run_dir: Path, **facts) -> dict:
+    """summary.json gains facts of the run besides how it ended (a SLURM job id, the start time, the changes
+    preflight.on_oom=fit made, a server's memory): every write of summary.json goes through this module."""
+    return rundir.write_summary(run_dir, **facts)
+
+
+def record_resume(run_dir: Path, from_step: int) -> dict:
+    """summary.json["resumes"] gains {from_step, time}: how often and from where a run continued."""
+    resumes = rundir.read_summary(run_dir).get("resumes", [])
+    return note(run_dir, resumes=[*resumes, {"from_step": from_step, "time": time.time()}])
+
+
+def refused(run_dir: Path, status: Status, **fields) -> dict:
+    """A run that ends before anything launches: invalid, predicted_oom (a planning trial: planned)."""
+    return write_status(run_dir, status, **fields)
+
+
+def started(run_dir: Path, **fields) -> dict:
+    """The run is launched (or relaunched: a requeued SLURM job): running, no exit code yet."""
+    return write_status(run_dir, Status.RUNNING, **fields)
+
+
+def launch_failed(run_dir: Path, error: str, **fields) -> dict:
+    """The launch itself ended the run without a rank's record: SLURM refused or lost the job, a serving node's vLLM
+    server died."""
+    return write_status(run_dir, Status.FAILED, error=error, **fields)
+
+
+def ended_on_node0(run_dir: Path, reported: dict) -> dict:
+    """A dedicated serving node's end: the status node 0 reported for the run (its result is on node 0)."""
+    status = reported.get("status", Status.FAILED)
+    return write_status(
+        run_dir,
+        status if status in EXIT_CODES else Status.FAILED,
+        error=reported.get("error"),
+        note="dedicated serving node: the run's result is on node 0",
+    )
+
+
 def write_status(run_dir: Path, status: str, **fields) -> dict:
     """summary.json gains `status`, its exit code and `fields` (the driver's before and after launch).
     A running run has no exit code yet; an ended one gets its end time (ended_at, beside started_at)."""

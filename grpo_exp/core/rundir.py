@@ -260,11 +260,3 @@ def truncate_metrics(run_dir: Path, last_step: int) -> int:
         tmp.write_text("".join(line + "\n" for line in kept))
         os.replace(tmp, path)
     return len(lines) - len(kept)
-
-
-def record_resume(run_dir: Path, from_step: int) -> dict:
-    """summary.json["resumes"] gains {from_step, time}: how often and from where a run continued."""
-    import time
-
-    resumes = read_summary(run_dir).get("resumes", [])
-    return write_summary(run_dir, resumes=[*resumes, {"from_step": from_step, "time": time.time()}])

@@ -111,9 +111,9 @@ def run(job: Job) -> Ended:
     print(headline(cfg, plan))
     print(placement.describe(plan))
     if not memory["fits"] and not _run_anyway(cfg, memory):
-        summary = outcome.write_status(
+        summary = outcome.refused(
             run_dir,
-            "predicted_oom",
+            Status.PREDICTED_OOM,
             wall_s=0.0,
             suggestions=memory["suggestions"],
             error="preflight predicts an OOM"
@@ -228,7 +228,7 @@ def _refuse(run_dir: Path, problems: list[Problem], sweeping: bool) -> Ended:
         return Ended(
             outcome.EXIT_INVALID,
             run_dir,
-            outcome.write_status(run_dir, Status.INVALID, error="\n".join(map(str, problems))),
+            outcome.refused(run_dir, Status.INVALID, error="\n".join(map(str, problems))),
         )
     _remove_if_empty(run_dir)  # a rejected config leaves nothing behind but the error
     return Ended(outcome.EXIT_INVALID, None)
@@ -256,8 +256,8 @@ def _planned(cfg: DictConfig, run_dir: Path, plan, memory: dict, sweeping: bool)
     """action=plan: print the plan (in a sweep, one line per trial and the table at the end)."""
     if sweeping:
         top = memory["suggestions"][0]["text"] if memory["suggestions"] else None
-        summary = outcome.write_status(
-            run_dir, "planned", fits=memory["fits"], suggestion=top, **plan_file.summary_keys(memory)
+        summary = outcome.refused(
+            run_dir, Status.PLANNED, fits=memory["fits"], suggestion=top, **plan_file.summary_keys(memory)
         )
         verdict = "fits" if memory["fits"] else "OOM"
         log.info("%s: %s, peak %.2f GiB per training process", run_dir.name, verdict, memory["train"]["peak_gib"])
@@ -280,19 +280,19 @@ def _run_anyway(cfg: DictConfig, memory: dict) -> bool:
 def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
     """Start this node's share (or submit the SLURM job, or apply the Kubernetes one), wait for it, conclude."""
     if cfg.preflight.fitted:
-        rundir.write_summary(run_dir, preflight_fit=[_fitted(item) for item in cfg.preflight.fitted])
+        outcome.note(run_dir, preflight_fit=[_fitted(item) for item in cfg.preflight.fitted])
     node = plan.nodes[cfg.topology.node_rank]
     if cfg.resume:
         checkpoint = rundir.latest_checkpoint(run_dir)
-        rundir.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
+        outcome.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
         log.info("resuming %s from %s", run_dir, checkpoint[0] if checkpoint else "step 0 (no checkpoint was saved)")
     rundir.clear_rank_records(run_dir)  # a resumed run's last attempt is in summary.json already
-    outcome.write_status(run_dir, Status.RUNNING, world_size=plan.world_size, node_rank=node.node_rank)
+    outcome.started(run_dir, world_size=plan.world_size, node_rank=node.node_rank)
     log.info("run dir %s", run_dir)
     if cfg.launcher.name == "slurm" and (not cfg.launcher.slurm.wait or (job.sweeping and job.independent_trials)):
         return _submit_without_waiting(cfg, run_dir, plan)
     started = time.time()
-    rundir.write_summary(run_dir, started_at=started)
+    outcome.note(run_dir, started_at=started)
     try:
         if cfg.launcher.name == "slurm":
             from grpo_exp.launching import slurm
@@ -327,7 +327,7 @@ def _submit_without_waiting(cfg: DictConfig, run_dir: Path, plan) -> Ended:
             job = slurm.submit(cfg, run_dir, plan)
             print(f"submitted SLURM job {job.job_id}: {run_dir}  (grpo-exp compare {run_dir})")
     except slurm.Refused as exc:  # this trial's job only: the sweep goes on
-        summary = outcome.write_status(run_dir, Status.FAILED, error=str(exc), wall_s=0.0)
+        summary = outcome.launch_failed(run_dir, str(exc), wall_s=0.0)
         log.error("%s: %s", run_dir.name, exc)
         return Ended(summary["exit_code"], run_dir, summary)
     return Ended(outcome.EXIT_OK, run_dir, rundir.read_summary(run_dir))

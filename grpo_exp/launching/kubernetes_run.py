@@ -95,7 +95,7 @@ def follow(cfg: DictConfig, run_dir: Path, kind: str) -> dict:
         unanswered = 0
         state = job_state(kind, read_job(kind, answer))
         if state != last:
-            rundir.write_summary(run_dir, kubernetes={"kind": kind, "name": k.job_name, **state})
+            outcome.note(run_dir, kubernetes={"kind": kind, "name": k.job_name, **state})
             log.info(
                 "%s %s: %s%s", kind, k.job_name, state["phase"], f" ({state['reason']})" if state.get("reason") else ""
             )

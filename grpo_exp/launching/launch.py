@@ -192,7 +192,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
             stop(proc, cfg.preemption.grace_s if proc is procs[-1] and node.train_procs else STOP_GRACE_S)
         output.close()
         if server_memory is not None:  # the server's processes together, beside the plan's vllm role
-            rundir.write_summary(run_dir, **{metrics.peak("vllm", "host_rss_max"): server_memory.stop() / 2**30})
+            outcome.note(run_dir, **{metrics.peak("vllm", "host_rss_max"): server_memory.stop() / 2**30})
         if kills_before is not None and code not in (outcome.EXIT_OK, outcome.EXIT_INTERRUPTED):
             _record_oom_kills(run_dir, node, code, log_path or run_dir / rundir.LOG, kills_before)
         if cfg.vllm.nodes and node.train_procs and node.node_rank == 0 and code != outcome.EXIT_HANG_PREVENTED:

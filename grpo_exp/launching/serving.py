@@ -79,20 +79,11 @@ def serve_until_stopped(cfg: DictConfig, server, run_dir) -> int:
     try:
         while not agent.stopped.wait(timeout=1.0):
             if server.poll() is not None:
-                outcome.write_status(
-                    run_dir, "failed", error=f"the vLLM server exited with code {server.returncode}; see train.log"
-                )
+                outcome.launch_failed(run_dir, f"the vLLM server exited with code {server.returncode}; see train.log")
                 return outcome.EXIT_FAILED
     finally:
         agent.close()
-    status = agent.outcome.get("status", Status.FAILED)
-    outcome.write_status(
-        run_dir,
-        status if status in outcome.EXIT_CODES else Status.FAILED,
-        error=agent.outcome.get("error"),
-        note="dedicated serving node: the run's result is on node 0",
-    )
-    return outcome.EXIT_CODES.get(status, outcome.EXIT_FAILED)
+    return outcome.ended_on_node0(run_dir, agent.outcome)["exit_code"]
 
 
 def _agent_url(cfg: DictConfig, path: str) -> str:

@@ -131,7 +131,7 @@ def submit(cfg: DictConfig, run_dir: Path, plan: Plan):
         job = executor(cfg, run_dir, plan, cfg.launcher.slurm.cluster).submit(NodeTask(str(run_dir / rundir.CONFIG)))
     except submitit.core.utils.FailedJobError as exc:
         raise Refused(str(_refusal(str(exc)))) from None
-    rundir.write_summary(run_dir, slurm_job_id=str(job.job_id))
+    outcome.note(run_dir, slurm_job_id=str(job.job_id))
     log.info("submitted job %s (%d node(s)); logs in %s", job.job_id, cfg.topology.nnodes, run_dir / rundir.SLURM)
     return job
 
@@ -302,16 +302,15 @@ class Submitted:
             if _ask("scontrol", "requeue", str(self.job.job_id)) is not None:
                 self.requeued += 1
                 self.ended_at = None
-                rundir.write_summary(self.run_dir, slurm_lost_attempts=self.lost)
+                outcome.note(self.run_dir, slurm_lost_attempts=self.lost)
                 log.warning("%s without a result: requeued (%d of %d)", why, restarts + 1, self.max_requeues)
                 return True
         error = f"{why} without a result: the job never finished its task (see {self.run_dir / rundir.SLURM})"
         if state.state == GONE:
             error = f"SLURM job {self.job.job_id} is no longer known to SLURM (purged), and left no result"
-        outcome.write_status(
+        outcome.launch_failed(
             self.run_dir,
-            "failed",
-            error=error,
+            error,
             slurm_state=state.state,
             slurm_reason=state.reason,
             slurm_lost_attempts=self.lost,
@@ -394,11 +393,11 @@ class NodeTask:
         if env.global_rank == 0 and restarts:  # a requeued job: the ranks resume from the latest checkpoint
             checkpoint = rundir.latest_checkpoint(run_dir)
             rundir.clear_rank_records(run_dir)
-            rundir.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
-            outcome.write_status(run_dir, Status.RUNNING, slurm_restarts=restarts)
+            outcome.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
+            outcome.started(run_dir, slurm_restarts=restarts)
         started = time.time()
         if env.global_rank == 0:
-            rundir.write_summary(run_dir, started_at=started)  # the job's start, not its submission
+            outcome.note(run_dir, started_at=started)  # the job's start, not its submission
         plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus())
         node = plan.nodes[env.global_rank]
         log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
