@@ -15,7 +15,7 @@ import math
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, import_failure, locate
+from grpo_exp import Problem, import_failure, locate, trackers
 from grpo_exp.config import env, model_info, rules
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import DTYPES
@@ -36,7 +36,7 @@ CHOICES = {
     "launcher.name": ("local", "slurm", "kubernetes"),
     "launcher.kubernetes.kind": ("auto", "trainjob", "jobset"),
     "launcher.kubernetes.image_pull_policy": ("Always", "IfNotPresent", "Never"),
-    "logger.name": ("wandb", "mlflow", "tensorboard", "trackio", "swanlab", "none"),
+    "logger.name": (*trackers.names(), "none"),  # grpo_exp/trackers/: a module each
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
     "preflight.on_oom": ("refuse", "warn", "fit"),
@@ -475,31 +475,13 @@ def check_fsdp(cfg: DictConfig) -> list[Problem]:
     return problems
 
 
-# transformers' report_to names of the trackers training/tracking.py runs
-TRACKERS = ("wandb", "mlflow", "tensorboard", "trackio", "swanlab")
-
-
-def installed_trackers() -> list[str]:
-    """The trackers installed here (what transformers' report_to="all" means). wandb is a dependency; the others
-    come with grpo_exp[trackers]."""
-    import importlib.util
-
-    return [t for t in TRACKERS if importlib.util.find_spec(t) is not None]
-
-
-def trackers(cfg: DictConfig) -> list[str]:
-    """The trackers of a run, by transformers' report_to names: logger.name, then logger.also."""
-    return [t for t in (cfg.logger.name, *cfg.logger.also) if t != "none"]
-
-
 def check_trackers(cfg: DictConfig) -> list[Problem]:
     """logger.also: trackers beside logger.name, each once, each one grpo_exp runs."""
     also = list(cfg.logger.also)
-    unknown = [t for t in also if t not in TRACKERS]
+    unknown = [t for t in also if t not in trackers.names()]
     if unknown:
-        return [
-            Problem("logger.also", f"{unknown} are not trackers grpo_exp runs", f"list some of {', '.join(TRACKERS)}")
-        ]
+        listed = ", ".join(trackers.names())
+        return [Problem("logger.also", f"{unknown} are not trackers grpo_exp runs", f"list some of {listed}")]
     if cfg.logger.name in also or len(set(also)) < len(also):
         return [
             Problem("logger.also", f"{also} repeats a tracker (logger.name is {cfg.logger.name})", "name each once")

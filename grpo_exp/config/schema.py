@@ -126,7 +126,7 @@ OWNED_TRAINER_FIELDS = {
     "output_dir": "the run dir (hydra.run.dir); checkpoints go to <run dir>/checkpoints",
     "deepspeed": "the deepspeed group (deepspeed=zero3, deepspeed.<key>=...)",
     "use_cpu": "the topology (CPU when no GPU is detected or topology.gpus_per_node=0)",
-    "report_to": "logger (logger=wandb | mlflow | tensorboard | trackio | swanlab | none; logger.also=[...]: several)",
+    "report_to": "logger (logger=<a tracker of grpo_exp/trackers/> | none; logger.also=[...]: several)",
     "run_name": "run_name (top level)",
     "seed": "seed (top level)",
     "ddp_timeout": "topology.collective_timeout_s",
@@ -350,12 +350,12 @@ class FsdpConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = MISSING  # wandb | mlflow | tensorboard | trackio | swanlab | none
+    name: str = MISSING  # a tracker: a module of grpo_exp/trackers/ (conf/logger/ lists them), or none
     also: List[str] = field(default_factory=list)  # more trackers at once: logger=wandb logger.also=[tensorboard]
-    project: str = "grpo_exp"  # W&B's project; trackio's and SwanLab's too
+    project: str = "grpo_exp"  # the tracker's project (W&B's, trackio's, ...)
     entity: Optional[str] = None
     group: Optional[str] = None  # W&B group: defaults to the experiment name
-    mode: str = "auto"  # W&B's and SwanLab's: auto (online with credentials, else offline) | online | offline
+    mode: str = "auto"  # trackers with a server: auto (online with credentials, else offline) | online | offline
     tags: List[str] = field(default_factory=list)
     # quiet: the console shows the plan, one line per logging step and the run report; TRL's metric
     # dicts, library warnings and the W&B footer go to train.log only. full: everything, as printed.

@@ -29,8 +29,6 @@ METRICS = "metrics.jsonl"
 SUMMARY = "summary.json"
 
 CHECKPOINTS = "checkpoints"  # GRPOConfig.output_dir: transformers writes checkpoint-<step>/ here
-WANDB_ID = "wandb_id"  # the W&B run id, kept so a resumed run continues the same W&B run
-SWANLAB_ID = "swanlab_id"  # the same for SwanLab's run
 NODES = "nodes"  # nodes/<N>/: node N's config.yaml, plan.json, train.log, summary.json, .hydra/
 RANKS = "ranks"  # ranks/rank<N>.json: how a rank ended (rank 0 always, the others when they did not complete);
 # ranks/rank<N>.phase: the phase it last entered (launching/oom_killer.py reads it for a rank SIGKILL took)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, is_local_path
+from grpo_exp import Problem, is_local_path, trackers
 from grpo_exp import data as loaders
 from grpo_exp.config import env
 from grpo_exp.config.checks import reward_columns
@@ -72,8 +72,6 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
     """Libraries this run needs beyond the core stack (bitsandbytes for 4/8-bit weights, a tracker's own)."""
     import importlib.util
 
-    from grpo_exp.config.checks import TRACKERS, installed_trackers, trackers
-
     problems = []
     q = cfg.model.get("quantization")
     if q is not None and q.method == "bitsandbytes" and importlib.util.find_spec("bitsandbytes") is None:
@@ -93,8 +91,8 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
                 "pip install kernels, or trainer.model_init_kwargs.use_kernels=false",
             )
         )
-    missing = set(TRACKERS) - set(installed_trackers())  # an unknown name is check_trackers' problem
-    for tracker in trackers(cfg):
+    missing = set(trackers.names()) - set(trackers.installed())  # an unknown name is check_trackers' problem
+    for tracker in trackers.configured(cfg):
         if tracker in missing:
             key = "logger.name" if tracker == cfg.logger.name else "logger.also"
             problems.append(

@@ -5,18 +5,19 @@ marked; a PNG), and a self-contained HTML report (html_report.py: the figures, i
     grpo-exp compare run_dir_a run_dir_b --out report/
     grpo-exp compare wandb:my-entity/grpo_exp --group batch_x_generations
     grpo-exp compare mlflow:default/multirun_2026-11-22_10-00-00_ab12    # at MLFLOW_TRACKING_URI
-    grpo-exp compare swanlab:outputs/batch_x_generations                # SwanLab's offline runs below a dir
     grpo-exp compare trackio:grpo_exp                                   # a trackio project (TRACKIO_DIR)
 
 Local run dirs need no W&B: everything comes from summary.json and .hydra/overrides.yaml.
 """
 
 import argparse
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from grpo_exp import trackers
 from grpo_exp.config.overrides import values
 from grpo_exp.core import metrics, rundir
+from grpo_exp.core.runs import Run
 from grpo_exp.core.status import Status
 
 FAILED_STATUSES = {
@@ -30,40 +31,6 @@ FAILED_STATUSES = {
 }
 
 
-@dataclass
-class Run:
-    name: str
-    overrides: dict[str, str]
-    summary: dict
-    path: Path | None = None  # the run dir (local runs)
-    # with --calibration: the planner's train-phase error before and after the factors (percent)
-    train_error_pct: float | None = None
-    calibrated_error_pct: float | None = None
-
-    @property
-    def status(self) -> str:
-        return self.summary.get("status", "unknown")
-
-    @property
-    def planned(self) -> bool:
-        """A trial of a planning sweep (action=plan): predicted figures only."""
-        return self.status == Status.PLANNED
-
-    @property
-    def peak_gib(self) -> float | None:
-        """The run's peak memory per training process: GPU reserved if measured, else host RSS;
-        for a planned trial, the planner's prediction."""
-        if self.planned:
-            return self.summary.get(metrics.plan_peak("train"))
-        found = rundir.measured_peak(self.summary)
-        return found[1] if found else None
-
-    @property
-    def planner_error_pct(self) -> float | None:
-        planned, measured = self.summary.get(metrics.plan_peak("train")), self.peak_gib
-        return 100 * (planned - measured) / measured if planned is not None and measured else None
-
-
 def load_local(path: Path) -> list[Run]:
     """One run dir, or every run dir (with a summary.json) directly below a multirun dir."""
     return [
@@ -72,103 +39,10 @@ def load_local(path: Path) -> list[Run]:
     ]
 
 
-def load_wandb(project: str, group: str | None = None) -> list[Run]:
-    """Runs of a W&B project (needs the network and credentials)."""
-    import wandb
-
-    runs = wandb.Api().runs(project, filters={"group": group} if group else None)
-    out = []
-    for r in runs:
-        out.append(Run(r.name, values(r.config.get("overrides", [])), dict(r.summary)))
-    return out
-
-
-def load_mlflow(experiment: str) -> list[Run]:
-    """Runs of an MLflow experiment at MLFLOW_TRACKING_URI (logger=mlflow): each run's latest metrics, the summary
-    the run added at its end (plan/*, memory/peak/*, ...), its status and swept values from its tags."""
-    import json
-
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise ValueError(f"no MLflow experiment {experiment!r} at {client.tracking_uri}")
-    out = []
-    for r in client.search_runs([found.experiment_id], order_by=["attributes.start_time ASC"]):
-        overrides = json.loads(r.data.tags.get("overrides", "[]"))
-        summary = {**r.data.metrics, "status": r.data.tags.get("status", r.info.status.lower())}
-        out.append(Run(r.info.run_name, values(overrides), summary))
-    return out
-
-
-def load_swanlab(log_dir: str) -> list[Run]:
-    """Runs SwanLab wrote locally (logger=swanlab offline: <run dir>/swanlog, or SWANLAB_LOG_DIR), found anywhere
-    below `log_dir`, read with the reader `swanlab sync` uses: each run's latest scalars (the summary it logged at
-    its end included), its name, and the overrides and status from its config. A resumed run's attempts (one
-    folder each, one id) are one run, the later attempt's values winning."""
-    import yaml
-    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
-    from swanlab.sdk.internal.core_python.store import DataStoreReader
-
-    attempts = sorted(Path(log_dir).rglob("run-*.swanlab"), key=lambda p: p.parent.name)  # run-<time>-<id>
-    if not attempts:
-        raise ValueError(f"no SwanLab runs below {log_dir} (run-*/run-<id>.swanlab)")
-    runs: dict[str, dict] = {}
-    for path in attempts:
-        run = runs.setdefault(path.stem.removeprefix("run-"), {"name": None, "scalars": {}})
-        reader = DataStoreReader()
-        reader.open(path)
-        for data in iter(reader.scan, None):
-            record = Record()
-            record.ParseFromString(data)
-            kind = record.WhichOneof("record_type")
-            if kind == "start":
-                run["name"] = record.start.name
-            elif kind == "scalar":
-                run["scalars"][record.scalar.key] = record.scalar.value.number
-        reader.close()
-        config = yaml.safe_load((path.parent / "files" / "config.yaml").read_text()) or {}
-        run["config"] = {key: entry["value"] for key, entry in config.items()}
-    return [
-        Run(
-            r["name"],
-            values(r["config"].get("overrides", [])),
-            {**r["scalars"], "status": r["config"].get("status", "unknown")},
-        )
-        for r in runs.values()
-    ]
-
-
-def load_trackio(project: str) -> list[Run]:
-    """Runs of a trackio project in its local store (TRACKIO_DIR; logger=trackio): each run's latest metrics (the
-    summary it logged at its end included), and the overrides and status its config keeps."""
-    from trackio.sqlite_storage import SQLiteStorage
-
-    names = SQLiteStorage.get_runs(project)
-    if not names:
-        raise ValueError(f"no trackio runs in project {project!r} (its store: TRACKIO_DIR)")
-    out = []
-    for name in names:
-        latest: dict = {}
-        for row in SQLiteStorage.get_logs(project, name):
-            latest.update(row)
-        config = SQLiteStorage.get_run_config(project, name) or {}
-        out.append(
-            Run(name, values(config.get("overrides", [])), {**latest, "status": config.get("status", "unknown")})
-        )
-    return out
-
-
 def tracker_loaders(group: str | None = None) -> dict:
-    """The sources that are a tracker's runs, by prefix, with their loaders (every other source is a run or
-    sweep dir); `group` selects a W&B group."""
-    return {
-        "wandb:": lambda project: load_wandb(project, group),
-        "mlflow:": load_mlflow,
-        "swanlab:": load_swanlab,
-        "trackio:": load_trackio,
-    }
+    """The sources that are a tracker's runs, by prefix (`<SOURCE>:`), with their loaders (every other source is a run
+    or sweep dir); `group` selects a tracker's group where it has them (W&B)."""
+    return {f"{c.SOURCE}:": partial(c.load_runs, group=group) for c in trackers.components() if hasattr(c, "SOURCE")}
 
 
 def load(sources: list[str], group: str | None = None) -> list[Run]:
@@ -424,7 +298,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "sources",
         nargs="+",
-        help="multirun dir, run dirs, wandb:<entity>/<project>, mlflow:<experiment>, swanlab:<dir>, trackio:<project>",
+        help="multirun dir, run dirs, or a tracker's runs: "
+        + ", ".join(
+            f"{c.SOURCE}:<{c.load_runs.__code__.co_varnames[0]}>" for c in trackers.components() if hasattr(c, "SOURCE")
+        ),
     )
     parser.add_argument("--out", type=Path, help="where the PNG and HTML go (default: the first source)")
     parser.add_argument("--group", help="W&B group (a sweep) to select")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config.checks import trackers
+from grpo_exp import trackers
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir
-from grpo_exp.training import tracking
+from grpo_exp.trackers.common import run_name
 
 log = logging.getLogger(__name__)
 
@@ -125,12 +125,12 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
         deepspeed=deepspeed_dict(cfg),
         **fsdp_fields(cfg),
         output_dir=str(run_dir / rundir.CHECKPOINTS),
-        run_name=tracking.run_name(cfg, run_dir),  # what every tracker calls the run (W&B's too)
-        project=cfg.logger.project,  # trackio's project (W&B's comes with its run, tracking.py)
+        run_name=run_name(cfg, run_dir),  # what every tracker calls the run (W&B's too)
+        project=cfg.logger.project,  # trackio's project (W&B's comes with its run, trackers/wandb.py)
         seed=cfg.seed,
         use_cpu=use_cpu,
         ddp_timeout=cfg.topology.collective_timeout_s,
-        report_to=trackers(cfg) or "none",
+        report_to=trackers.configured(cfg) or "none",
     )
 
 

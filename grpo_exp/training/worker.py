@@ -34,11 +34,11 @@ from grpo_exp.planning import plan_file
 from grpo_exp.training.preemption import Preemption
 
 if TYPE_CHECKING:
+    from grpo_exp.trackers import Trackers
     from grpo_exp.training.callbacks import RunDirCallback
     from grpo_exp.training.guards import StallWatchdog
     from grpo_exp.training.phases import PhaseMemory
     from grpo_exp.training.probes import ModelStateMeter
-    from grpo_exp.training.tracking import Trackers
 
 log = logging.getLogger("grpo_exp")
 
@@ -81,7 +81,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> _Ran
     """Everything before the process group: the model files, the memory cap, where a resumed run
     continues, the tracker, the stall watchdog and the probes."""
     # torch, transformers and trl load here, after main installed the stop handler
-    from grpo_exp.training import build, callbacks, guards, phases, probes, tracking
+    from grpo_exp import trackers
+    from grpo_exp.training import build, callbacks, guards, phases, probes
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
     if cfg.vllm.mode == "colocate":  # importing trl lowers vLLM's logging to ERROR unless it is set; the engine's
@@ -100,7 +101,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> _Ran
             state.checkpoint[0] if state.checkpoint else "step 0",
             dropped,
         )
-    state.tracker = tracking.start(cfg, run_dir) if rank == 0 else tracking.Trackers([])
+    state.tracker = trackers.start(cfg, run_dir) if rank == 0 else trackers.Trackers([])
     state.watchdog = guards.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     state.callback = callbacks.RunDirCallback(run_dir, rank, state.watchdog)
     vllm_probe = probes.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None

@@ -62,7 +62,7 @@ def test_preempted_run_resumes_to_the_final_step(preempted, model_cache, tmp_pat
     assert [r["from_step"] for r in summary["resumes"]] == [k]
     assert summary["memory/peak/train/host_rss_max_gib"] >= stopped["memory/peak/train/host_rss_max_gib"]
     # one W&B run: both segments carry the id kept in the run dir (wandb sync merges them)
-    run_id = (run_dir / rundir.WANDB_ID).read_text().strip()
+    run_id = (run_dir / "wandb_id").read_text().strip()
     segments = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(segments) == 2 and all(s.name.endswith(run_id) for s in segments)
     last = wandb_file.read_run(next(segments[-1].glob("run-*.wandb")))

@@ -122,7 +122,7 @@ def test_swanlabs_offline_store_holds_the_run_every_step_and_the_summary(swanlab
     from omegaconf import OmegaConf
     from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
 
-    from grpo_exp.training import tracking
+    from grpo_exp.trackers import common as tracking
     from tests.helpers import SECRETS
 
     run_dir = swanlab_run
@@ -130,7 +130,7 @@ def test_swanlabs_offline_store_holds_the_run_every_step_and_the_summary(swanlab
     [start] = [r.start for r in records if r.WhichOneof("record_type") == "start"]
     assert (start.project, start.name, start.group) == ("grpo_exp", run_dir.name, "default")
     assert list(start.tags) == tracking.run_tags(OmegaConf.load(run_dir / rundir.CONFIG))
-    assert start.id == (run_dir / rundir.SWANLAB_ID).read_text().strip()  # a resumed run continues this one
+    assert start.id == (run_dir / "swanlab_id").read_text().strip()  # a resumed run continues this one
     scalars = {}
     for record in records:
         if record.WhichOneof("record_type") == "scalar":

@@ -6,9 +6,8 @@ import re
 
 import yaml
 
-from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path
+from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path, trackers
 from grpo_exp.config import keys
-from grpo_exp.config.checks import TRACKERS, installed_trackers
 from grpo_exp.config.recipe.experiment import Experiment, inline, literal
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields, VllmFields
@@ -187,11 +186,11 @@ def recipe_field(exp: Experiment, name: str, value) -> None:
         targets = [value] if isinstance(value, str) else value if isinstance(value, list) else None
         if targets is None or not all(isinstance(t, str) for t in targets):
             exp.lack(name, f"{value!r}: a tracker name or a list of them")
-        elif set(targets) - {*TRACKERS, "none", "all"}:
-            exp.lack(name, f"{targets}: grpo_exp tracks runs with {', '.join(TRACKERS)} (logger=...), or none")
+        elif set(targets) - {*trackers.names(), "none", "all"}:
+            exp.lack(name, f"{targets}: grpo_exp tracks runs with {', '.join(trackers.names())} (logger=...), or none")
         else:
             # "all": as transformers reads it, every tracker installed here
-            chosen = installed_trackers() if "all" in targets else [t for t in targets if t != "none"]
+            chosen = trackers.installed() if "all" in targets else [t for t in targets if t != "none"]
             exp.choose("logger", chosen[0] if chosen else "none", name)
             if len(chosen) > 1:
                 exp.set("logger.also", chosen[1:], name)
