@@ -26,7 +26,7 @@ from grpo_exp.config import errors, keys, model_info, resume
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.core.status import Status
-from grpo_exp.launching import launch, ports, preflight
+from grpo_exp.launching import launch, launchers, ports, preflight
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import fixes, placement, plan_file, planner
 from grpo_exp.planning.report import headline, print_plan
@@ -92,20 +92,13 @@ def run(job: Job) -> Ended:
         memory["notes"] += _card_warnings(cfg, cards)
     if cfg.action == "plan":
         memory["notes"] += preflight.unchecked_data(cfg)
-    manifests = None
-    if cfg.launcher.name == "kubernetes":  # built and checked before anything is written
-        from grpo_exp.launching import kubernetes, kubernetes_checks
-
-        manifests, problems = kubernetes_checks.built(cfg, plan, memory)
-        if problems:
-            return _refuse(run_dir, problems, job.sweeping)
-        memory["notes"] += kubernetes.notes(cfg)
+    launcher = launchers.of(cfg)
+    files, problems = launcher.build(cfg, plan, memory)  # its files beside plan.json, checked before any is written
+    if problems:
+        return _refuse(run_dir, problems, job.sweeping)
     rundir.freeze_config(cfg, run_dir)
     plan_file.write(run_dir, plan, memory)
-    if manifests is not None:
-        from grpo_exp.launching import kubernetes
-
-        kubernetes.write(run_dir, manifests)
+    launcher.write(run_dir, files)
     if cfg.action == "plan":
         return _planned(cfg, run_dir, plan, memory, job.sweeping)
     print(headline(cfg, plan))
@@ -137,10 +130,8 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
     if mistyped := errors.mistyped_interpolations(cfg):
         return mistyped
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
-    if not problems and cfg.launcher.name == "kubernetes":  # imported here: a plan's start-up does not pay for it
-        from grpo_exp.launching import kubernetes
-
-        kubernetes.finalize(cfg, run_dir)  # a pod's addresses and ports are its own: none is looked up here
+    if not problems:
+        launchers.of(cfg).finalize(cfg, run_dir)
     if not problems:
         ports.resolve_auto(cfg)  # before the plan's commands and config.yaml name the ports
     return problems
@@ -157,17 +148,7 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placemen
         return None, problems  # a plan for 0 processes (or 10^30 nodes) says nothing useful
     plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus, cards=cards)
     problems += plan_checks.check(cfg, plan)
-    batch_known = "data.num_samples" not in bad
-    if cfg.launcher.name == "kubernetes":  # nothing runs here: the cluster's pods are checked by their manifests
-        from grpo_exp.launching import kubernetes_checks
-
-        problems += kubernetes_checks.check(cfg, plan) + preflight.check_data(cfg, plan, batch_known=batch_known)
-        if cfg.action == "run":
-            problems += kubernetes_checks.check_cluster(cfg)
-    elif cfg.action == "run":
-        problems += preflight.check(cfg, plan, gpus, batch_known=batch_known)
-    else:
-        problems += preflight.check_data(cfg, plan, batch_known=batch_known)
+    problems += launchers.of(cfg).check(cfg, plan, gpus, batch_known="data.num_samples" not in bad)
     return plan, problems
 
 
@@ -289,21 +270,16 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
     rundir.clear_rank_records(run_dir)  # a resumed run's last attempt is in summary.json already
     outcome.started(run_dir, world_size=plan.world_size, node_rank=node.node_rank)
     log.info("run dir %s", run_dir)
-    if cfg.launcher.name == "slurm" and (not cfg.launcher.slurm.wait or (job.sweeping and job.independent_trials)):
-        return _submit_without_waiting(cfg, run_dir, plan)
+    launcher = launchers.of(cfg)
+    if launcher.detaches(cfg, job.sweeping, job.independent_trials):  # submitted: the driver goes on
+        code, summary = launcher.submit(cfg, run_dir, plan)
+        if code != outcome.EXIT_OK:
+            log.error("%s: %s", run_dir.name, summary.get("error"))
+        return Ended(code, run_dir, summary)
     started = time.time()
     outcome.note(run_dir, started_at=started)
     try:
-        if cfg.launcher.name == "slurm":
-            from grpo_exp.launching import slurm
-
-            code = slurm.submit_and_wait(cfg, run_dir, plan)
-        elif cfg.launcher.name == "kubernetes":
-            from grpo_exp.launching import kubernetes_run
-
-            code = kubernetes_run.run(cfg, run_dir)
-        else:
-            code = launch.run_node(cfg, run_dir, node)
+        code = launcher.run(cfg, run_dir, plan, node)
     except LaunchFailed as exc:  # SLURM or kubectl refused the job, or the vLLM server never answered
         rundir.write_rank_record(run_dir, node.node_rank, {"status": Status.FAILED, "error": str(exc)})
         code = outcome.EXIT_FAILED
@@ -313,24 +289,6 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
     summary = outcome.concluded(run_dir, code, started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
     return Ended(summary["exit_code"], run_dir, summary, launched=True)
-
-
-def _submit_without_waiting(cfg: DictConfig, run_dir: Path, plan) -> Ended:
-    """launcher=slurm: submit this trial's job and go on to the next one (at most max_parallel in flight;
-    slurm.gather collects them), or with wait=false leave it to SLURM."""
-    from grpo_exp.launching import slurm
-
-    try:
-        if cfg.launcher.slurm.wait:
-            slurm.submit_pending(cfg, run_dir, plan)
-        else:
-            job = slurm.submit(cfg, run_dir, plan)
-            print(f"submitted SLURM job {job.job_id}: {run_dir}  (grpo-exp compare {run_dir})")
-    except slurm.Refused as exc:  # this trial's job only: the sweep goes on
-        summary = outcome.launch_failed(run_dir, str(exc), wall_s=0.0)
-        log.error("%s: %s", run_dir.name, exc)
-        return Ended(summary["exit_code"], run_dir, summary)
-    return Ended(outcome.EXIT_OK, run_dir, rundir.read_summary(run_dir))
 
 
 def _fitted(item: str) -> dict:
