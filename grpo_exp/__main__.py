@@ -37,6 +37,7 @@ from grpo_exp.config.schema import register_configs
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import job
 from grpo_exp.results import report
+from hydra_plugins.grpo_exp_frontier.frontier_sweeper import FrontierSweeper
 
 # grpo-exp <command> ...: each command's code lives in its stage, with its own --help.
 COMMANDS = {
@@ -93,8 +94,6 @@ def register_plugins() -> None:
     Importing the module also stores its `hydra/sweeper: frontier` node. Here, not in the schema: the sweeper
     plans and launches trials, the last stage of the house, which the config stage must not import."""
     from hydra.core.plugins import Plugins
-
-    from hydra_plugins.grpo_exp_frontier.frontier_sweeper import FrontierSweeper
 
     Plugins.instance().register(FrontierSweeper)
 

@@ -16,7 +16,7 @@ import math
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, import_failure, locate, trackers
-from grpo_exp.config import env, model_info, rules
+from grpo_exp.config import deepspeed_check, env, model_info, rules
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import DTYPES
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
@@ -428,7 +428,6 @@ def check_deepspeed(cfg: DictConfig) -> list[Problem]:
     Imports deepspeed (and torch, ~2 s), so only when the group is used."""
     if not cfg.deepspeed:
         return []
-    from grpo_exp.config import deepspeed_check
 
     ds = OmegaConf.to_container(cfg.deepspeed, resolve=True)
     return deepspeed_check.problems(ds) + deepspeed_check.against_trainer(ds, cfg.trainer)

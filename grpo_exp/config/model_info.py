@@ -26,6 +26,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grpo_exp import Problem, cache_root, is_local_path
+from grpo_exp.config.schema import QuantizationConfig, VisionConfig
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (
@@ -311,12 +312,8 @@ def complete(model: DictConfig) -> list[Problem]:
         if model.dtype == "auto":  # the checkpoint's own dtype, concrete so the planner can size weights
             model.dtype = arch["dtype"]
         if arch["vision"] is not None and model.get("vision") is None:
-            from grpo_exp.config.schema import VisionConfig
-
             model.vision = VisionConfig(**arch["vision"])
         if arch["quantization"] is not None and model.get("quantization") is None:  # stored quantized: planned so
-            from grpo_exp.config.schema import QuantizationConfig
-
             model.quantization = QuantizationConfig(**arch["quantization"])
         model.planner_notes = list(model.get("planner_notes") or []) + arch["planner_notes"]
     return []
@@ -328,7 +325,6 @@ def meta_facts(source, model: DictConfig | None = None) -> dict | None:
     vision-language model's own class), else AutoModelForCausalLM. `source` is a model directory, or
     None with `model` (a shipped option's numbers). Cached per architecture under $GRPO_EXP_CACHE,
     since building imports torch (~4 s). None when transformers cannot build it."""
-    from grpo_exp import cache_root
 
     arch = {k: model[k] for k in ARCH_KEYS} if model is not None else {}
     text = Path(source, "config.json").read_text() if source else json.dumps([model.model_type, arch], sort_keys=True)

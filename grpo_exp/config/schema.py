@@ -20,6 +20,7 @@ from omegaconf import MISSING, OmegaConf
 
 from grpo_exp import SWEEPS_DIR
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
+from grpo_exp.core.rundir import node_subdir
 
 # model.dtype's values (and model.quantization.compute_dtype's): torch dtypes by name; auto = the checkpoint's own
 DTYPES = ("bfloat16", "float16", "float32", "auto")
@@ -434,8 +435,6 @@ def register_configs() -> None:
         OmegaConf.register_new_resolver("run_id", lambda: run_id)
     # ${node_subdir:rank}: where a node's files go inside a shared run dir ("" for node 0).
     if not OmegaConf.has_resolver("node_subdir"):
-        from grpo_exp.core.rundir import node_subdir
-
         OmegaConf.register_new_resolver("node_subdir", lambda rank: node_subdir(int(rank)))
         OmegaConf.register_new_resolver("node_suffix", lambda rank: f".node{rank}" if int(rank) > 0 else "")
     # ${basename:path}: model=auto names the run after the model's directory or repo.

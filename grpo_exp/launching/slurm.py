@@ -29,7 +29,8 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
 from grpo_exp.core.status import Status
-from grpo_exp.launching import launch
+from grpo_exp.launching import launch, versions
+from grpo_exp.planning import placement
 from grpo_exp.planning.placement import Plan
 
 log = logging.getLogger(__name__)
@@ -376,9 +377,6 @@ class NodeTask:
 
     def __call__(self) -> int:
         import submitit
-
-        from grpo_exp.launching import launch, versions
-        from grpo_exp.planning import placement
 
         env = submitit.JobEnvironment()
         cfg = OmegaConf.load(self.config_path)

@@ -12,7 +12,9 @@ without calibration, split into the groups calibration.py fits, and the file is 
 import json
 from pathlib import Path
 
-from grpo_exp.core import rundir
+from grpo_exp import GIB
+from grpo_exp.core import metrics, rundir
+from grpo_exp.planning import inputs, memory, plan_file, planner, vllm_engine
 from grpo_exp.planning.calibration import ENGINE, HOST, fit, fit_ratio, predict
 
 
@@ -26,9 +28,6 @@ def sample(run_dir: Path) -> dict | None:
     """One measured run as a fit sample: its train-phase peak and what the uncalibrated planner
     puts in that phase, per group (GiB). None without a measured train phase."""
     from omegaconf import OmegaConf
-
-    from grpo_exp import GIB
-    from grpo_exp.planning import inputs, memory, plan_file, planner
 
     summary = rundir.read_summary(run_dir)
     measured = measured_train_gib(summary)
@@ -54,7 +53,6 @@ def sample(run_dir: Path) -> dict | None:
 def host_sample(summary: dict) -> dict | None:
     """A GPU node's processes in host RAM: measured (the fullest node's RSS less the planned offloaded and loaded
     terms) and planned (host_memory.py's runtime); None without both figures."""
-    from grpo_exp.core import metrics
 
     node_rss = summary.get(metrics.peak("train", metrics.NODE_RSS))
     planned, runtime = summary.get(metrics.plan_peak("host")), summary.get(metrics.plan_component("host", "runtime"))
@@ -66,9 +64,6 @@ def host_sample(summary: dict) -> dict | None:
 def engine_sample(summary: dict, x) -> dict | None:
     """What the engine's budget holds besides weights and KV cache: as vLLM logged it (the budget less its own
     weights and KV cache) and as the uncalibrated planner has it; None when vLLM logged neither figure."""
-    from grpo_exp import GIB
-    from grpo_exp.core import metrics
-    from grpo_exp.planning import vllm_engine
 
     weights, kv = (summary.get(metrics.vllm_startup(f"{p}_gib")) for p in ("weights", "kv_cache"))
     if weights is None or kv is None:

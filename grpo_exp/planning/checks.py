@@ -8,6 +8,8 @@ here they are checked against the world size of the whole run, before launch.
 from omegaconf import DictConfig
 
 from grpo_exp import Problem
+from grpo_exp.config import env
+from grpo_exp.planning.calibration import load
 
 # Below this, a CPU worker cannot even start: torch, gloo's threads and their stacks take ~1.5 GiB
 # of address space, which RLIMIT_DATA counts.
@@ -77,7 +79,6 @@ def check_calibration(cfg: DictConfig) -> list[Problem]:
     path = cfg.preflight.calibration
     if not path:
         return []
-    from grpo_exp.planning.calibration import load
 
     try:
         load(path)
@@ -296,7 +297,6 @@ def check_eval_batch(cfg: DictConfig, world_size: int) -> list[Problem]:
 def check_episode_length(cfg: DictConfig) -> list[Problem]:
     """An agentic run's vLLM context must hold prompt + episode: TRL ends an episode whose next tool result would
     pass the engine's max_model_len, so a shorter context silently cuts every long episode."""
-    from grpo_exp.config import env
 
     limit, prompt = cfg.vllm.max_model_length, cfg.data.max_prompt_length
     if cfg.vllm.mode == "off" or limit is None or prompt is None or not env.active(cfg):

@@ -21,6 +21,10 @@ from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.config import env
+from grpo_exp.config.model_info import tiny_model_path
+from grpo_exp.planning import serve_argv
+
 WORKER = ["-m", "grpo_exp.training.worker"]
 
 
@@ -174,8 +178,6 @@ def served_model(cfg: DictConfig) -> str:
     before it starts the server, launching/launch.py)."""
     if cfg.model.name_or_path is not None:
         return cfg.model.name_or_path
-    from grpo_exp.config import env
-    from grpo_exp.config.model_info import tiny_model_path
 
     return str(tiny_model_path(cfg.model, env.tool_sets(cfg)))
 
@@ -210,7 +212,6 @@ def serve_command(cfg: DictConfig, gpus: int, device: str = "cuda") -> list[str]
     serve_env(); `trl vllm-serve` itself is deprecated and only execs this. vllm.weight_sync=filesystem adds the
     worker extension it reloads with. On CPU the argv is the same: what vLLM's CPU build needs is its environment
     (cpu_notes)."""
-    from grpo_exp.planning import serve_argv
 
     v = cfg.vllm
     extra = [a for key, flag in SERVER_EXTRA_FLAGS.items() if v[key] is not None for a in (flag, str(v[key]))]

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import GIB
 from grpo_exp import data as loaders
-from grpo_exp.config import env
+from grpo_exp.config import env, model_info
 from grpo_exp.planning import host_memory, placement, vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
@@ -25,8 +25,6 @@ from grpo_exp.planning.memory import estimate, sync_copy_bytes
 def plan_and_estimate(cfg: DictConfig, gpus: int, config_path: str = "config.yaml"):
     """(launch plan, memory estimate) of `cfg` as the driver makes them, for a config that passed its
     checks elsewhere (a sweeper's trial, a measured run): model=auto's numbers read first."""
-    from grpo_exp.config import model_info
-    from grpo_exp.planning import placement
 
     model_info.complete(cfg.model)
     plan = placement.make_plan(cfg, config_path, detected_gpus=gpus)

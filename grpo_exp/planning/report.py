@@ -1,6 +1,8 @@
 """The memory plan as terminal tables (rich): per role its peak against capacity, the components and
 phases, host RAM per node, the notes and the ranked fixes."""
 
+from grpo_exp.planning.inputs import activation_checkpointing, planned_prompt
+
 
 def print_plan(memory: dict) -> None:
     """The breakdown as terminal tables (rich)."""
@@ -44,7 +46,6 @@ def print_plan(memory: dict) -> None:
 
 def headline(cfg, plan) -> str:
     """The plan's first line: the model on which cards, and the trainer's shape it is planned at."""
-    from grpo_exp.planning.inputs import activation_checkpointing, planned_prompt
 
     t = cfg.trainer
     if plan.device == "cuda":

@@ -19,6 +19,9 @@ from grpo_exp.config.overrides import values
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.runs import Run
 from grpo_exp.core.status import Status
+from grpo_exp.planning import calibrate, calibration
+from grpo_exp.results import html_report as page
+from grpo_exp.results import report as run_report
 
 FAILED_STATUSES = {
     "oom": "OOM",
@@ -114,7 +117,6 @@ def final(run: Run, key: str):
 def apply_calibration(runs: list[Run], path: Path) -> None:
     """Each measured local run gains the planner's train-phase error without and with the factors
     in `path` (a file from grpo-exp calibrate)."""
-    from grpo_exp.planning import calibrate, calibration
 
     factors = calibration.load(path)["factors"]
     for run in runs:
@@ -258,8 +260,6 @@ def html_report(runs: list[Run], path: Path, title: str) -> Path:
 
     from rich.console import Console
 
-    from grpo_exp.results import html_report as page
-
     console = Console(record=True, file=io.StringIO(), width=220)
     shown = table(runs, title, full_keys=True)
     if shown is not None:
@@ -276,8 +276,6 @@ def report(
     sources: list[str], out: Path | None = None, group: str | None = None, calibration: Path | None = None
 ) -> dict:
     if len(sources) == 1 and (Path(sources[0]) / rundir.SUMMARY).exists():  # one run: its run report
-        from grpo_exp.results import report as run_report
-
         run_report.print_report(Path(sources[0]))
     runs = load(sources, group)
     if calibration is not None:

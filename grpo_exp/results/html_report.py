@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpo_exp import PHASES
 from grpo_exp.core import metrics, rundir
+from grpo_exp.results import report
 
 HEADROOM_WARN_GIB = 2.0  # a cell closer than this to its capacity is flagged: "fits" with 0.7 GiB to spare is luck
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{title}</title>
@@ -165,7 +166,6 @@ def heatmap_figure(grid: tuple | None):
 def write(runs: list, grid: tuple | None, table_html: str, path: Path, title: str) -> Path:
     """The report for `runs` (compare.Run) to `path`; `grid` the sweep's (compare.sweep_grid; None without two
     swept axes), `table_html` compare's table."""
-    from grpo_exp.results import report
 
     facts = "".join(
         f"<p class='facts'><b>{html.escape(run.name)}</b>: "

@@ -11,6 +11,7 @@ from hydra.experimental.callback import Callback
 
 class SweepReport(Callback):
     def on_multirun_end(self, config, **kwargs) -> None:
+        # Hydra builds this callback for every run, single runs too: what only a sweep's end reads loads here
         from grpo_exp.launching import slurm
         from grpo_exp.results import compare
 

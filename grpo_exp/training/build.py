@@ -14,10 +14,18 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import trackers
+from grpo_exp.config import env
+from grpo_exp.config.checks import active_rewards
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir
+from grpo_exp.data.checks import row_problems
+from grpo_exp.planning.placement import weight_sync
 from grpo_exp.trackers.common import run_name
+from grpo_exp.training.data import build_dataset, build_eval_dataset
+from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
+from grpo_exp.training.tiny import tiny_model_dir
+from grpo_exp.training.weight_sync import generation_class as files_synced_generation
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +38,6 @@ def model_path(cfg: DictConfig) -> str:
     on tool calls when the run has tools: tiny.py says why)."""
     if cfg.model.name_or_path is not None:
         return cfg.model.name_or_path
-    from grpo_exp.config import env
-    from grpo_exp.training.tiny import tiny_model_dir
 
     return str(tiny_model_dir(cfg.model, env.tool_sets(cfg)))
 
@@ -79,7 +85,6 @@ def weight_sync_dir(cfg: DictConfig, run_dir: Path) -> Path:
 def generation_class(cfg: DictConfig, run_dir: Path, use_cpu: bool):
     """The VLLMGeneration GRPOTrainer builds: weight_sync.py's where TRL's weight push cannot run (a server synced
     through files; a colocated engine on CPU), else None (TRL's own)."""
-    from grpo_exp.planning.placement import weight_sync
 
     if cfg.vllm.mode == "server" and weight_sync(cfg.vllm, "cpu" if use_cpu else "cuda") == "filesystem":
         sync_dir = weight_sync_dir(cfg, run_dir)
@@ -87,9 +92,8 @@ def generation_class(cfg: DictConfig, run_dir: Path, use_cpu: bool):
         sync_dir = None
     else:
         return None
-    from grpo_exp.training.weight_sync import generation_class
 
-    return generation_class(sync_dir)
+    return files_synced_generation(sync_dir)
 
 
 # Fields transformers 5.18 renamed; older releases (vLLM's CPU build pins < 5.18) know the old names only.
@@ -169,8 +173,6 @@ def reward_funcs(cfg: DictConfig) -> list:
     keyword arguments (a functools.partial, which TRL still names after the function)."""
     from hydra.utils import get_method, instantiate
 
-    from grpo_exp.config.checks import active_rewards
-
     funcs = []
     for name, node in active_rewards(cfg.data).items():
         has_kwargs = any(k != "_target_" for k in node)
@@ -214,9 +216,6 @@ def tokenizer(cfg: DictConfig, path: str):
 def trainer(cfg: DictConfig, run_dir: Path, use_cpu: bool, callbacks: list, phases=None):
     """A ready GRPOTrainer for the frozen config: measured_trainer's, which measures every phase of a step
     into `phases` (memory.telemetry; None: not measured) and says when TRL drops a tool's result."""
-    from grpo_exp.data.checks import row_problems
-    from grpo_exp.training.data import build_dataset, build_eval_dataset
-    from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
 
     path = model_path(cfg)
     tok = tokenizer(cfg, path)

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp.config.model_info import ARCH_KEYS, tiny_model_path
 from grpo_exp.core import tiny_tokenizer
 from grpo_exp.core.tiny_tokenizer import CHAT_TEMPLATE, MARKUP_TOKENS, RESPONSE_TEMPLATE
+from grpo_exp.training.tool_warm_start import warm_start
 
 
 def tiny_model_dir(model_cfg: DictConfig, tool_sets: list | None = None) -> Path:
@@ -63,8 +64,6 @@ def _build(arch: dict, path: Path, tool_sets: list) -> None:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if tool_sets:
-        from grpo_exp.training.tool_warm_start import warm_start
-
         warm_start(model, tokenizer, tool_sets)
 
     tmp = path.with_name(path.name + ".tmp")

@@ -11,6 +11,9 @@ from pathlib import Path
 import yaml
 
 from grpo_exp import CONF_DIR, Problem
+from grpo_exp.config import errors
+from grpo_exp.config.checks import active_rewards
+from grpo_exp.config.schema import register_configs
 
 
 class RecipeError(ValueError):
@@ -150,7 +153,6 @@ def compose_problems(exp: Experiment, sources: list[str]) -> list[Problem]:
     """Compose the experiment as `experiment=<name>` will, from a scratch config dir: Hydra's first
     complaint each time, until it composes (at most one round per value). Each complaint's value is taken
     out and its recipe field refused, so that one import reports every field that does not fit."""
-    from grpo_exp.config import errors
 
     problems = []
     for _ in range(len(exp.values) + len(exp.groups) + 1):
@@ -173,7 +175,6 @@ def compose_problems(exp: Experiment, sources: list[str]) -> list[Problem]:
 
 def _weights_problems(exp: Experiment, cfg) -> list[Problem]:
     """One reward weight per reward the experiment keeps, or the config check would refuse every run of it."""
-    from grpo_exp.config.checks import active_rewards
 
     weights, kept = cfg.trainer.reward_weights, list(active_rewards(cfg.data))
     refused_rewards = any(source.startswith("reward_funcs") for source in exp.no_home)  # their fix reconciles
@@ -193,8 +194,6 @@ def _compose(exp: Experiment, sources: list[str]):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
-
-    from grpo_exp.config.schema import register_configs
 
     register_configs()
     backup = get_gh_backup()

@@ -9,6 +9,7 @@ import yaml
 from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path, trackers
 from grpo_exp.config import keys
 from grpo_exp.config.recipe.experiment import Experiment, inline, literal
+from grpo_exp.config.recipe.launch import accelerate_fsdp
 from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields, VllmFields
 
@@ -296,7 +297,6 @@ def _trainer_fsdp(exp: Experiment, fsdp, config) -> None:
     """TrainingArguments' `fsdp` ("full_shard auto_wrap", "shard_grad_op offload", a list, or true) and
     `fsdp_config` (FSDP2 unless it says version 1, as transformers 5 reads them) as accelerate's plugin settings,
     which launch.accelerate_fsdp turns into the fsdp group."""
-    from grpo_exp.config.recipe.launch import accelerate_fsdp
 
     if config is not None and not isinstance(config, dict):
         exp.lack("fsdp_config", f"{config!r}: a mapping (a path to a JSON file is not read by the importer)")

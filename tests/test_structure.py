@@ -1,0 +1,136 @@
+"""The house's stages hold: every import of grpo_exp's own modules, at module level or inside a function, runs from a
+stage into the same or an earlier one, none runs in a circle, and an import inside a function (to keep a start-up
+cheap) says why. docs/architecture.md draws the stages; this test is what keeps them."""
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+from tests.helpers import REPO
+
+# The stages, earliest first (docs/architecture.md): a module may import its own stage and the ones before.
+STAGES = {
+    "core": 0,
+    "config": 1,
+    "data": 1,  # loader components: the config's checks and the training processes read them
+    "trackers": 1,  # tracker components: the config's checks list them, the training processes run them
+    "planning": 2,
+    "launching": 3,
+    "training": 4,
+    "results": 4,
+    "__main__": 5,
+}
+PLUGIN_STAGE = 4  # hydra_plugins/: the frontier sweeper plans and launches trials
+INNER_IMPORTS_AT_MOST = 20  # issue 45: imports of grpo_exp's own modules inside functions, each with its reason
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for top in ("grpo_exp", "hydra_plugins"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            name = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def stage(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] == "hydra_plugins":
+        return PLUGIN_STAGE
+    if parts[0] != "grpo_exp":
+        return None
+    return STAGES.get(parts[1], 0) if len(parts) > 1 else 0  # grpo_exp/__init__.py: shared constants
+
+
+def own_imports(tree: ast.AST, module: str):
+    """(imported module, line, inside a function) for every import of grpo_exp's own modules."""
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    inner = {id(x) for f in functions for x in ast.walk(f) if isinstance(x, (ast.Import, ast.ImportFrom))}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+            for name in [node.module, *names]:
+                if name.startswith(("grpo_exp", "hydra_plugins")):
+                    yield name, node.lineno, id(node) in inner
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(("grpo_exp", "hydra_plugins")):
+                    yield alias.name, node.lineno, id(node) in inner
+
+
+def known(name: str, every: dict) -> str | None:
+    """The module an import names (`from grpo_exp.core import rundir` names grpo_exp.core.rundir)."""
+    while name and name not in every:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_no_import_runs_against_the_stages():
+    every = modules()
+    against = []
+    for module, path in every.items():
+        for name, line, _ in own_imports(ast.parse(path.read_text()), module):
+            target = known(name, every)
+            if target and stage(target) > stage(module):
+                against.append(f"{path.relative_to(REPO)}:{line} imports {target}")
+    assert not against, against
+
+
+def test_no_module_imports_in_a_circle():
+    every = modules()
+    graph = defaultdict(set)
+    for module, path in every.items():
+        for name, _, inside in own_imports(ast.parse(path.read_text()), module):
+            target = known(name, every)
+            if target and target != module and not inside and not module.startswith(f"{target}."):
+                graph[module].add(target)
+    circles, state = [], {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                circles.append(" -> ".join(trail[trail.index(nxt) :] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, trail + [nxt])
+        state[node] = "done"
+
+    for module in sorted(every):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, circles
+
+
+def test_imports_inside_functions_are_few_and_say_why():
+    every, found = modules(), []
+    for module, path in every.items():
+        lines = path.read_text().splitlines()
+        for _, line, inside in own_imports(ast.parse(path.read_text()), module):
+            if inside and (path, line) not in {(p, n) for p, n, _ in found}:
+                found.append((path, line, _says_why(lines, line - 1)))
+    assert len(found) <= INNER_IMPORTS_AT_MOST, [f"{p.relative_to(REPO)}:{n}" for p, n, _ in found]
+    unexplained = [f"{p.relative_to(REPO)}:{n}" for p, n, said in found if not said]
+    assert not unexplained, f"an import inside a function says why on its line or the one before: {unexplained}"
+
+
+def _says_why(lines: list[str], index: int) -> bool:
+    """A comment on the import's line, or above the block of imports it is in."""
+    if "#" in lines[index]:
+        return True
+    while index > 0 and lines[index - 1].strip().startswith(("from ", "import ")):
+        index -= 1
+        if "#" in lines[index]:
+            return True
+    return index > 0 and lines[index - 1].strip().startswith("#")
+
+
+def test_training_imports_nothing_from_launching():
+    every = modules()
+    found = [
+        f"{path.relative_to(REPO)}:{line}"
+        for module, path in every.items()
+        if module.startswith("grpo_exp.training")
+        for name, line, _ in own_imports(ast.parse(path.read_text()), module)
+        if name.startswith("grpo_exp.launching")
+    ]
+    assert not found, found
