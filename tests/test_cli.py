@@ -67,7 +67,7 @@ BAD_INPUTS = {
         "make test-vllm",
     ),
     "cluster topology on this machine": (["topology=1x8"], "topology.gpus_per_node: asks for 8 GPUs", "action=plan"),
-    "bad launcher": (["launcher.name=k8s"], "launcher.name: 'k8s' is not a valid option", "slurm"),
+    "bad launcher": (["launcher.name=k8s"], "launcher.name: 'k8s' is not a launcher grpo_exp has", "slurm"),
     "several unknown keys, each with its home": (
         ["trainer.max_prompt_length=512", "trainer.torch_dtype=bfloat16", "trainer.temperature=0"],
         "trainer.max_prompt_length: is not a grpo_exp key",

@@ -33,10 +33,9 @@ CHOICES = {
     "action": ("run", "plan"),
     "vllm.mode": ("off", "colocate", "server"),
     "model.dtype": DTYPES,
-    "launcher.name": ("local", "slurm", "kubernetes"),
     "launcher.kubernetes.kind": ("auto", "trainjob", "jobset"),
     "launcher.kubernetes.image_pull_policy": ("Always", "IfNotPresent", "Never"),
-    "logger.name": (*trackers.names(), "none"),  # grpo_exp/trackers/: a module each
+    "logger.name": lambda: (*trackers.names(), "none"),  # grpo_exp/trackers/: a module each, read when checked
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
     "preflight.on_oom": ("refuse", "warn", "fit"),
@@ -216,6 +215,7 @@ def check_unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Problem]:
 def check_choices(cfg: DictConfig) -> list[Problem]:
     problems = []
     for key, allowed in CHOICES.items():
+        allowed = allowed() if callable(allowed) else allowed  # a component list: read when checked
         value = OmegaConf.select(cfg, key)
         if value is not None and value not in allowed:
             problems.append(

@@ -130,6 +130,7 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
     if mistyped := errors.mistyped_interpolations(cfg):
         return mistyped
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
+    problems += launchers.check(cfg)
     if not problems:
         launchers.of(cfg).finalize(cfg, run_dir)
     if not problems:

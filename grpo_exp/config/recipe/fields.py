@@ -128,6 +128,7 @@ def reconcile_weights(exp: Experiment, recipe: dict) -> None:
 def _choice_word(key: str, value):
     """A YAML boolean given to a field of words (`eval_strategy: no` unquoted reads as false): the word meant."""
     allowed = CHOICES.get(key)
+    allowed = allowed() if callable(allowed) else allowed
     if isinstance(value, bool) and allowed:
         return next((word for word in _YAML_BOOL_WORDS[value] if word in allowed), value)
     return value

@@ -15,11 +15,27 @@ Adding a launcher is one module here and one YAML. Each is imported when chosen:
 """
 
 import importlib
+import pkgutil
 from types import ModuleType
 
 from omegaconf import DictConfig
 
+from grpo_exp import Problem
+
+
+def names() -> list[str]:
+    """Every launcher, by the name conf/launcher/<name>.yaml gives it."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__))
+
 
 def of(cfg: DictConfig) -> ModuleType:
-    """The launcher component cfg.launcher.name names."""
+    """The launcher component cfg.launcher.name names (check() has refused a name none has)."""
     return importlib.import_module(f"{__name__}.{cfg.launcher.name}")
+
+
+def check(cfg: DictConfig) -> list[Problem]:
+    """launcher.name names a module of this package."""
+    if cfg.launcher.name in names():
+        return []
+    why = f"'{cfg.launcher.name}' is not a launcher grpo_exp has (a module of grpo_exp/launching/launchers/)"
+    return [Problem("launcher.name", why, f"use one of: {', '.join(names())}")]

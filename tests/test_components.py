@@ -1,0 +1,119 @@
+"""Components: trackers, data loaders and launchers are each a module and a YAML, and nothing else lists them. The
+shipped ones keep their protocol; a new tracker or launcher module, with its YAML on a search path, is chosen,
+checked and run with no other file changed (the worked examples of docs/architecture.md)."""
+
+import importlib
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from grpo_exp import trackers
+from grpo_exp.launching import launchers
+from tests.helpers import CONF, compose_cfg, problems
+
+
+def test_every_tracker_option_is_a_module_with_the_protocol():
+    assert trackers.names() == sorted(p.stem for p in (CONF / "logger").glob("*.yaml") if p.stem != "none")
+    for component in trackers.components():
+        assert component.REPORT_TO == component.__name__.rpartition(".")[2]
+        assert isinstance(component.PACKAGE, str) and hasattr(component.Tracker, "finish")
+
+
+def test_every_launcher_option_is_a_module_with_the_protocol():
+    assert launchers.names() == sorted(p.stem for p in (CONF / "launcher").glob("*.yaml"))
+    for name in launchers.names():
+        module = importlib.import_module(f"grpo_exp.launching.launchers.{name}")
+        for hook in ("finalize", "check", "build", "write", "detaches", "run"):
+            assert callable(getattr(module, hook)), (name, hook)
+
+
+TRACKER = """
+REPORT_TO = "jsonl_demo"
+PACKAGE = "json"  # the standard library: always installed
+FINISHED = []
+
+
+class Tracker:
+    def __init__(self, cfg, run_dir):
+        self.run_dir = run_dir
+
+    def ready(self):
+        pass
+
+    def finish(self, summary, exit_code):
+        FINISHED.append((summary.get("status"), exit_code))
+"""
+
+
+@pytest.fixture
+def new_tracker(tmp_path, monkeypatch):
+    """A tracker added as the docs say: one module in grpo_exp/trackers/ (here: a folder added to the package's
+    path) and one conf/logger/<name>.yaml (here: on a search path)."""
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "jsonl_demo.py").write_text(TRACKER)
+    monkeypatch.setattr(trackers, "__path__", [*trackers.__path__, str(tmp_path / "modules")])
+    (tmp_path / "conf" / "logger").mkdir(parents=True)
+    (tmp_path / "conf" / "logger" / "jsonl_demo.yaml").write_text("name: jsonl_demo\n")
+    yield f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
+    sys.modules.pop("grpo_exp.trackers.jsonl_demo", None)
+
+
+def test_a_new_tracker_is_one_module_and_one_yaml(new_tracker, tmp_path):
+    assert "jsonl_demo" in trackers.names()
+    cfg = compose_cfg(new_tracker, "logger=jsonl_demo")
+    assert problems(new_tracker, "logger=jsonl_demo") == []
+    assert problems(new_tracker, "logger=wandb", "logger.also=[jsonl_demo]") == []
+    (tmp_path / "run").mkdir()
+    started = trackers.start(cfg, tmp_path / "run")
+    started.ready()
+    started.finish({"status": "completed"}, 0)
+    assert sys.modules["grpo_exp.trackers.jsonl_demo"].FINISHED == [("completed", 0)]
+
+
+def test_a_name_no_tracker_module_has_is_refused():
+    assert [p.key for p in problems("logger.name=jsonl_demo")] == ["logger.name"]
+
+
+def test_the_shipped_data_options_name_loader_modules():
+    for path in (CONF / "data").glob("*.yaml"):
+        target = OmegaConf.load(path).loader._target_
+        assert target.startswith("grpo_exp.data.") and target.endswith(".load"), path
+
+
+LAUNCHER = """
+from grpo_exp.launching.launchers.local import build, check, finalize, write  # this machine's checks
+
+RAN = []
+
+
+def detaches(cfg, sweeping, independent_trials):
+    return False
+
+
+def run(cfg, run_dir, plan, node):
+    RAN.append(node.commands["train"])  # a launcher that records its command instead of starting it
+    return 0
+"""
+
+
+def test_a_new_launcher_is_one_module_and_one_yaml(tmp_path, monkeypatch):
+    from grpo_exp.launching import job
+    from tests.helpers import run_job
+
+    (tmp_path / "modules").mkdir()
+    (tmp_path / "modules" / "record_only.py").write_text(LAUNCHER)
+    monkeypatch.setattr(launchers, "__path__", [*launchers.__path__, str(tmp_path / "modules")])
+    (tmp_path / "conf" / "launcher").mkdir(parents=True)
+    (tmp_path / "conf" / "launcher" / "record_only.yaml").write_text("name: record_only\n")
+    try:
+        ended = run_job(
+            f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+            "launcher=record_only",
+            "logger=none",
+            run_dir=tmp_path / "run",
+        )
+        assert isinstance(ended, job.Ended) and ended.code == 0 and ended.launched
+        assert sys.modules["grpo_exp.launching.launchers.record_only"].RAN[0][-1].endswith("config.yaml")
+    finally:
+        sys.modules.pop("grpo_exp.launching.launchers.record_only", None)
