@@ -52,6 +52,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("GRPO_EXP_CACHE", Path.home() / ".cache" / "grpo_exp"))
 
 
+def is_number(value) -> bool:
+    """An int or a float (a bool is neither, though Python says it is an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def is_local_path(name_or_path: str) -> bool:
     """A model or dataset named by a path (one that exists, or one written as a path) rather than a
     hub id. A path that does not exist is then an error to report, not a hub lookup."""

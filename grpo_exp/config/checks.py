@@ -15,7 +15,7 @@ import math
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, import_failure, locate, trackers
+from grpo_exp import Problem, import_failure, is_number, locate, trackers
 from grpo_exp.config import deepspeed_check, env, model_info, rules
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import DTYPES
@@ -177,15 +177,11 @@ PLAN_INPUTS = {
 }
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _flat_numbers(node, prefix: str = ""):
     for key, value in node.items():
         if isinstance(value, dict):
             yield from _flat_numbers(value, f"{prefix}{key}.")
-        elif _is_number(value):
+        elif is_number(value):
             yield f"{prefix}{key}", value
 
 
@@ -228,7 +224,7 @@ def check_ranges(cfg: DictConfig) -> list[Problem]:
     problems = []
     for key, (ok, wanted) in RANGES.items():
         value = OmegaConf.select(cfg, key)
-        if not _is_number(value):  # null = unset; other types are the schema's job
+        if not is_number(value):  # null = unset; other types are the schema's job
             continue
         if not math.isfinite(value) or not ok(value):
             problems.append(Problem(key, f"is {value:.6g}; it must be {wanted}", f"set {key} to a value {wanted}"))

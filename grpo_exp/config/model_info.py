@@ -65,20 +65,6 @@ _ALIASES = {
     "vocab_size": ("vocab_size",),
     "max_position_embeddings": ("max_position_embeddings", "n_positions", "max_seq_len"),
 }
-_DTYPE_BYTES = {
-    "F64": 8,
-    "F32": 4,
-    "BF16": 2,
-    "F16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-}
 
 
 class ModelInfoError(ValueError):

@@ -8,14 +8,10 @@ import math
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem
+from grpo_exp import Problem, is_number
 from grpo_exp import data as loaders
 from grpo_exp.config.schema import DTYPES
 from grpo_exp.config.trl_schema import DEBUG_OPTIONS, SCHEDULER_KWARGS
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def check_trl_rules(cfg: DictConfig) -> list[Problem]:
@@ -161,7 +157,7 @@ def check_transformers_rules(cfg: DictConfig) -> list[Problem]:
         ("save_steps", t.save_strategy),
     ):
         value = t[name]
-        if strategy == "steps" and _is_number(value) and math.isfinite(value) and value > 1 and value != int(value):
+        if strategy == "steps" and is_number(value) and math.isfinite(value) and value > 1 and value != int(value):
             problems.append(
                 Problem(
                     f"trainer.{name}",

@@ -26,8 +26,18 @@ from grpo_exp import Problem, import_failure, locate
 _LOADED: dict[str, object] = {}  # a user's loader's dataset, per loader and seed: called once a process
 
 
+# A run dir frozen before loaders were components names its loader by a word (data.loader: toy_math): read it so.
+_BY_WORD = {"toy_math": "toy_math", "gsm8k": "gsm8k", "hf": "files", "none": "none"}
+
+
+def _mapping(data: DictConfig) -> dict:
+    if isinstance(data.loader, str):
+        return {"_target_": f"{__name__}.{_BY_WORD.get(data.loader, data.loader)}.load"}
+    return OmegaConf.to_container(data.loader, resolve=True) if isinstance(data.loader, DictConfig) else {}
+
+
 def target(data: DictConfig) -> str:
-    return str(data.loader.get("_target_")) if isinstance(data.loader, DictConfig) else ""
+    return str(_mapping(data).get("_target_", ""))
 
 
 def component(data: DictConfig) -> ModuleType | None:
@@ -47,7 +57,7 @@ def name(data: DictConfig) -> str:
 def load(data: DictConfig, seed: int):
     """The loader's dataset (None: the environment gives the prompts)."""
     function = locate(target(data))
-    kwargs = {k: v for k, v in OmegaConf.to_container(data.loader, resolve=True).items() if k != "_target_"}
+    kwargs = {k: v for k, v in _mapping(data).items() if k != "_target_"}
     parameters = inspect.signature(function).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     offered = {"data": data, "seed": seed}
@@ -92,7 +102,7 @@ def prompts(data: DictConfig, seed: int) -> list | None:
 
 def _user_dataset(data: DictConfig, seed: int = 0):
     """A user's loader called once (per process, loader and seed), or the problems that stop it."""
-    key = json.dumps([OmegaConf.to_container(data.loader, resolve=True), seed], sort_keys=True, default=str)
+    key = json.dumps([_mapping(data), seed], sort_keys=True, default=str)
     if key not in _LOADED:
         _LOADED[key] = _call_user_loader(data, seed)
     return _LOADED[key]

@@ -7,7 +7,7 @@ here they are checked against the world size of the whole run, before launch.
 
 from omegaconf import DictConfig
 
-from grpo_exp import Problem
+from grpo_exp import Problem, is_number
 from grpo_exp.config import env
 from grpo_exp.planning.calibration import load
 
@@ -22,10 +22,6 @@ BATCH_INPUTS = {
     "trainer.generation_batch_size",
     "trainer.steps_per_generation",
 }
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def generation_batch_size(cfg: DictConfig, world_size: int) -> int:
@@ -246,7 +242,7 @@ def check_serving_nodes(cfg: DictConfig, plan) -> list[Problem]:
 
 def check_memory_limit(cfg: DictConfig, plan) -> list[Problem]:
     limit = cfg.memory.limit_gib
-    if plan.device == "cpu" and _is_number(limit) and 0 < limit < CPU_MIN_LIMIT_GIB:
+    if plan.device == "cpu" and is_number(limit) and 0 < limit < CPU_MIN_LIMIT_GIB:
         return [
             Problem(
                 "memory.limit_gib",

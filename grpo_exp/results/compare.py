@@ -173,7 +173,7 @@ def sweep_grid(runs: list[Run], keys: list[str]):
 
     def ordered(k):
         values = {run.overrides[k] for run in runs if k in run.overrides}
-        return sorted(values, key=lambda v: (float(v) if _is_number(v) else float("inf"), v))
+        return sorted(values, key=lambda v: (float(v) if _parses_as_number(v) else float("inf"), v))
 
     xs, ys = ordered(xk), ordered(yk)
     cells = [
@@ -246,7 +246,7 @@ def heatmap(runs: list[Run], path: Path) -> Path | None:
     return path
 
 
-def _is_number(value: str) -> bool:
+def _parses_as_number(value: str) -> bool:
     try:
         float(value)
         return True

@@ -22,16 +22,10 @@ layer + the largest single layer measured without checkpointing.
 
 from dataclasses import dataclass
 
-ARCH_KEYS = (
-    "model_type",
-    "hidden_size",
-    "intermediate_size",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "head_dim",
-    "vocab_size",
-    "tie_word_embeddings",
-)
+from grpo_exp.config.model_info import ARCH_KEYS
+
+# What one decoder layer is built from: the model's numbers (model_info.ARCH_KEYS) and its type.
+LAYER_KEYS = ("model_type", *(k for k in ARCH_KEYS if k not in ("num_hidden_layers", "max_position_embeddings")))
 
 
 @dataclass
@@ -48,7 +42,7 @@ def _model(arch: dict, layers: int, dtype: str = "float32"):
     from trl.trainer.utils import add_fused_lm_head
 
     config = AutoConfig.for_model(
-        arch["model_type"], **{k: arch[k] for k in ARCH_KEYS if k != "model_type"}, num_hidden_layers=layers
+        arch["model_type"], **{k: arch[k] for k in LAYER_KEYS if k != "model_type"}, num_hidden_layers=layers
     )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)

@@ -61,3 +61,10 @@ def test_a_users_loader_trains(cli):
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "dataset: 32 rows" in (run_dir / "train.log").read_text()
+
+
+def test_a_run_dir_frozen_with_a_loader_word_still_reads():
+    """Run dirs frozen before loaders were components (the H200 records among them) say data.loader: <word>."""
+    for word, module in (("toy_math", "toy_math"), ("hf", "files"), ("gsm8k", "gsm8k"), ("none", "none")):
+        data = OmegaConf.create({"loader": word})
+        assert loaders.target(data) == f"grpo_exp.data.{module}.load"

@@ -11,7 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_exp.planning import inputs, memory
-from grpo_exp.training.saved_bytes import ARCH_KEYS, measure
+from grpo_exp.training.saved_bytes import LAYER_KEYS as ARCH_KEYS
+from grpo_exp.training.saved_bytes import measure
 from tests.helpers import CONF
 
 ARCHITECTURES = ["qwen0.5b", "qwen3-0.6b", "qwen1.5b", "qwen3-1.7b"]

@@ -170,7 +170,7 @@ def test_lora_on_a_vision_language_model_checks_its_real_layers(qwen2_vl):
 def test_evaluation_needs_held_out_prompts_and_whole_prompt_groups(tmp_path):
     text, _ = report("trainer.eval_strategy=steps", "trainer.eval_steps=2")
     assert "trainer.eval_strategy: is 'steps', but there are no held-out prompts" in text and "data.eval_path" in text
-    assert "data.eval_split: toy_math generates its prompts" in report("data.eval_split=test")[0]
+    assert "data.eval_split: data=toy_math has no splits" in report("data.eval_split=test")[0]
     (tmp_path / "eval.jsonl").write_text(
         "".join(json.dumps({"prompt": f"{a} + 1?", "answer": str(a + 1)}) + "\n" for a in range(8))
     )
