@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp import Problem, is_local_path, trackers
 from grpo_exp import data as loaders
 from grpo_exp.config import env
-from grpo_exp.config.checks import reward_columns
+from grpo_exp.config.rewards import reward_columns
 from grpo_exp.core import packages
 from grpo_exp.data import checks as data_checks
 from grpo_exp.data import files as data_files

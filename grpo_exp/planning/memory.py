@@ -8,7 +8,7 @@ reported in GiB (2**30); no torch import. Formulas, sources and known limits: do
 from dataclasses import dataclass, field, replace
 
 from grpo_exp import GIB, PHASES
-from grpo_exp.planning import vision, vllm_engine
+from grpo_exp.planning import buffers, vision, vllm_engine
 from grpo_exp.planning.calibration import GROUPS
 from grpo_exp.planning.inputs import Inputs
 
@@ -157,46 +157,6 @@ def _fused_head(x: Inputs, b: int, seq: int, backward: bool) -> float:
     return saved + tile + per_token_stats + tokens * x.hidden * 4 + (x.vocab * x.hidden * 4 if lm_head_trains else 0.0)
 
 
-def _layer_params(x: Inputs) -> int:
-    """Weights of one decoder layer: q and o, k and v, the MLP's gate, up and down projections."""
-    return 2 * x.hidden * x.q_dim + 2 * x.hidden * x.kv_dim + 3 * x.hidden * x.intermediate
-
-
-def _deepspeed_buffers(x: Inputs, wb: int) -> float:
-    """What DeepSpeed holds besides the model states during backward: ZeRO-1/2's gradient reduce
-    bucket (overlap_comm keeps a second one in flight), ZeRO-3's parameters gathered on the fly -
-    the module running, the prefetch bucket, at most stage3_max_live_parameters - and its bucket."""
-    if x.zero_stage in (1, 2):
-        return x.reduce_bucket * wb * (2 if x.overlap_comm else 1)
-    if x.zero_stage == 3 and not x.offload_params:
-        largest = max(_layer_params(x), x.vocab * x.hidden)  # a decoder layer or the embedding / LM head
-        live = min(x.zero3_max_live, largest + x.zero3_prefetch)
-        return live * wb + x.reduce_bucket * wb
-    return 0.0
-
-
-def _fsdp_buffers(x: Inputs) -> float:
-    """What FSDP2 gathers on the fly: the root unit (embedding, LM head unless tied, final norm: fully_shard of the
-    whole model, not resharded between forward and backward), the running decoder layer and the one prefetched
-    (all of them from forward to backward with reshard_after_forward=false), at the compute dtype; and one
-    layer's unsharded gradients before their reduce-scatter."""
-    if not x.fsdp:
-        return 0.0
-    root = x.vocab * x.hidden * (1 if x.tied else 2)
-    layers = 2 if x.fsdp_reshard else x.layers
-    trainable_share = 1.0 if not x.lora_params else x.lora_params / x.params
-    return (root + layers * _layer_params(x)) * x.activation_bytes + trainable_share * _layer_params(x) * (
-        4 if x.lora_params else x.dtype_bytes
-    )
-
-
-def _fsdp_full_tensor(x: Inputs) -> float:
-    """TRL's DTensor `full_tensor()` calls under FSDP2: the LM head's weight for the chunked log-probs
-    (trl/trainer/utils.py), and, syncing to vLLM, one parameter at a time (vllm_generation.py), the largest
-    the embedding; merged LoRA weights move the same way, never the whole model (unlike ZeRO-3)."""
-    return x.vocab * x.hidden * x.dtype_bytes if x.fsdp else 0.0
-
-
 def train_phase_parts(x: Inputs) -> dict[str, float]:
     """The uncalibrated train-phase peak split into GROUPS, plus 'other' (a colocated
     vLLM engine's resident share), in bytes: what calibration fits factors against."""
@@ -274,10 +234,10 @@ def _backward_terms(x: Inputs) -> dict[str, float]:
         "scoring_logits": _fused_head(x, b, seq, backward=False),  # no-grad log-probs of b sequences
         # bf16 autocast over fp32 weights keeps a 16-bit copy of every decoder layer's weights for
         # backward (measured; not the embedding or the fused LM head); checkpointing: one layer's
-        "autocast_weights": 2 * _layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0,
-        "deepspeed_buffers": _deepspeed_buffers(x, wb),
-        "fsdp_buffers": _fsdp_buffers(x),
-        "fsdp_full_tensor": _fsdp_full_tensor(x),
+        "autocast_weights": 2 * buffers.layer_params(x) * (1 if x.checkpointing else x.layers) if x.autocast else 0.0,
+        "deepspeed_buffers": buffers.deepspeed_buffers(x, wb),
+        "fsdp_buffers": buffers.fsdp_buffers(x),
+        "fsdp_full_tensor": buffers.fsdp_full_tensor(x),
         "dequantized_weights": largest_linear * x.compute_bytes if x.quantized_params else 0.0,
     }
 

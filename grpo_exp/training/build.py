@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import trackers
 from grpo_exp.config import env
-from grpo_exp.config.checks import active_rewards
+from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir

@@ -178,7 +178,7 @@ def test_the_choices_listed_by_hand_are_the_options_trl_documents(key):
 
     from trl import GRPOConfig
 
-    from grpo_exp.config.checks import CHOICES
+    from grpo_exp.config.values import CHOICES
 
     text = " ".join(
         next(f for f in dataclasses.fields(GRPOConfig) if f.name == TRL_WORDS[key]).metadata["help"].split()

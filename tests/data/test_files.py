@@ -5,7 +5,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config.checks import reward_columns
+from grpo_exp.config.rewards import reward_columns
 from grpo_exp.data import checks
 from tests.helpers import compose_cfg, problem_keys, problems
 

@@ -12,7 +12,7 @@ import yaml
 
 from grpo_exp import CONF_DIR, Problem
 from grpo_exp.config import errors
-from grpo_exp.config.checks import active_rewards
+from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import register_configs
 
 
