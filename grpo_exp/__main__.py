@@ -33,7 +33,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import CONF_DIR, Problem
 from grpo_exp.config import errors, overrides
-from grpo_exp.config.schema import register_configs
+from grpo_exp.config.registry import register_configs
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import job
 from grpo_exp.results import report
@@ -44,7 +44,7 @@ COMMANDS = {
     "compare": "grpo_exp.results.compare",  # runs side by side: table, heatmap, HTML report
     "dashboard": "grpo_exp.results.dashboard",  # W&B workspace views and reports
     "recipe": "grpo_exp.config.recipe",  # a TRL / open-r1 recipe as an experiment: ./conf/experiment/<name>.yaml
-    "model-info": "grpo_exp.config.model_info",  # a model's numbers as an option: ./conf/model/<name>.yaml
+    "model-info": "grpo_exp.config.model_option",  # a model's numbers as an option: ./conf/model/<name>.yaml
     "calibrate": "grpo_exp.planning.calibrate",  # the planner's correction factors from measured runs
 }
 

@@ -20,7 +20,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig
 
 from grpo_exp.__main__ import register_plugins
-from grpo_exp.config.schema import register_configs
+from grpo_exp.config.registry import register_configs
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"

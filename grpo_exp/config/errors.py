@@ -16,7 +16,8 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from grpo_exp import Problem
 from grpo_exp.config import keys
-from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, Config, is_open_mapping
+from grpo_exp.config.keys import OWNED_TRAINER_FIELDS
+from grpo_exp.config.schema import Config, is_open_mapping
 
 __all__ = ["Problem", "report", "explain", "unknown_key", "did_you_mean"]
 

@@ -240,3 +240,28 @@ def home(key: str) -> Home | None:
     if parent == "vllm" and f"vllm_{name}" in HOMES:
         return HOMES[f"vllm_{name}"]
     return HOMES.get(name) if parent in ("", "trainer", "model", "data") else None
+
+
+# GRPOConfig fields grpo_exp sets itself, and the key that sets each. They are left out of the
+# `trainer` / `vllm` groups (schema_gen skips them), so setting one is an "unknown key" whose
+# message names this key instead (errors.explain).
+OWNED_TRAINER_FIELDS = {
+    "output_dir": "the run dir (hydra.run.dir); checkpoints go to <run dir>/checkpoints",
+    "deepspeed": "the deepspeed group (deepspeed=zero3, deepspeed.<key>=...)",
+    "use_cpu": "the topology (CPU when no GPU is detected or topology.gpus_per_node=0)",
+    "report_to": "logger (logger=<a tracker of grpo_exp/trackers/> | none; logger.also=[...]: several)",
+    "run_name": "run_name (top level)",
+    "seed": "seed (top level)",
+    "ddp_timeout": "topology.collective_timeout_s",
+    "local_rank": "the launcher (torchrun starts one process per GPU)",
+    "project": "logger.project",
+    "hub_token": "the HF_TOKEN environment variable (config.yaml is saved in the run dir; tokens never go in it)",
+    "resume_from_checkpoint": "resume=<run dir> (the run continues from its latest checkpoint)",
+    "fsdp": "the fsdp group (fsdp=full_shard | full_shard_offload | hybrid_shard)",
+    "fsdp_config": "the fsdp group's keys (fsdp.reshard_after_forward, fsdp.cpu_offload, ...)",
+    "parallelism_config": "nothing: an accelerate object that cannot be written in YAML (GRPO supports no cp/sp "
+    "anyway)",
+    "use_vllm": "vllm (vllm=off | colocate | server)",
+    "vllm_mode": "vllm.mode (vllm=off | colocate | server)",
+    "vllm_server_base_url": "vllm.server_host and vllm.server_port",
+}

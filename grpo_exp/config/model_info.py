@@ -15,12 +15,10 @@ Pure Python (json, huggingface_hub): no torch on this path, except `lora_layer_n
 builds the model on the meta device to list the layers LoRA can adapt (only for peft runs; cached).
 """
 
-import argparse
 import hashlib
 import json
 import os
 import struct
-import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -370,64 +368,3 @@ def lora_layer_names(model: DictConfig) -> list[str]:
     source = model.name_or_path if model.name_or_path and Path(model.name_or_path).expanduser().is_dir() else None
     facts = meta_facts(source, None if source else model)
     return facts["lora_layers"] if facts else []
-
-
-def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
-    """conf/model/<name>.yaml for `arch` (read_architecture's result), commented like the shipped ones."""
-    lines = [
-        f"# {name_or_path}. Architecture numbers from its config.json (grpo-exp model-info), so",
-        "# planning needs no download.",
-        f"name: {name}",
-        f"name_or_path: {name_or_path}  # hub id, or a local directory holding the same files",
-        f"model_type: {arch['model_type']}",
-        f"dtype: {arch['dtype']}  # bytes per weight in memory: 2 (bfloat16/float16) or 4 (float32)",
-        f"hidden_size: {arch['hidden_size']}",
-        f"intermediate_size: {arch['intermediate_size']}",
-        f"num_hidden_layers: {arch['num_hidden_layers']}  # activations grow linearly with layers",
-        f"num_attention_heads: {arch['num_attention_heads']}",
-        f"num_key_value_heads: {arch['num_key_value_heads']}  # KV cache per token = 2 x layers x kv_heads x "
-        "head_dim x dtype bytes",
-        f"head_dim: {arch['head_dim']}",
-        f"vocab_size: {arch['vocab_size']}  # LM head: trl 1.x scores it in 32768-wide tiles (no full logits); full "
-        "fine-tuning adds an fp32 d(weight) of vocab x hidden",
-        f"tie_word_embeddings: {str(arch['tie_word_embeddings']).lower()}",
-        f"max_position_embeddings: {arch['max_position_embeddings']}",
-        f"num_parameters: {arch['num_parameters']}",
-    ]
-    if arch.get("vision"):
-        lines.append(f"vision_parameters: {arch['vision_parameters']}  # the vision tower's, within num_parameters")
-        lines.append(
-            "vision:  # its tower: activations per patch of every image of every generation (planning/vision.py)"
-        )
-        lines += [f"  {key}: {value}" for key, value in arch["vision"].items()]
-    if arch["planner_notes"]:
-        lines.append("planner_notes:  # what the planner does not model for this architecture")
-        lines += [f"  - {json.dumps(note)}" for note in arch["planner_notes"]]
-    return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="grpo-exp model-info", description="Write conf/model/<name>.yaml from a model's config.json."
-    )
-    parser.add_argument("name_or_path", help="local model directory or hub id")
-    parser.add_argument("--name", help="option name (default: the directory or repo name, lower-cased)")
-    parser.add_argument(
-        "--out", type=Path, default=Path("conf") / "model", help="where the YAML goes (default: ./conf/model)"
-    )
-    parser.add_argument("--print", action="store_true", help="print the YAML instead of writing it")
-    args = parser.parse_args(argv)
-    try:
-        arch = read_architecture(find_config_json(args.name_or_path))
-    except (ModelInfoError, OSError) as exc:
-        print(f"grpo_exp.config.model_info: {exc}", file=sys.stderr)
-        return 2
-    name = args.name or Path(args.name_or_path.rstrip("/")).name.lower()
-    text = model_yaml(name, args.name_or_path, arch)
-    if args.print:
-        print(text, end="")
-        return 0
-    path = args.out / f"{name}.yaml"
-    path.write_text(text)
-    print(f"wrote {path}: use model={name}")
-    return 0

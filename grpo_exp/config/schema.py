@@ -10,17 +10,12 @@ validates.
 This module must stay importable without torch/transformers/trl: the driver and the planner use it.
 """
 
-import secrets
 from dataclasses import dataclass, field, is_dataclass
-from pathlib import Path
 from typing import Any, Dict, List, Optional, get_origin, get_type_hints
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING
 
-from grpo_exp import SWEEPS_DIR
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
-from grpo_exp.core.rundir import node_subdir
 
 # model.dtype's values (and model.quantization.compute_dtype's): torch dtypes by name; auto = the checkpoint's own
 DTYPES = ("bfloat16", "float16", "float32", "auto")
@@ -118,31 +113,6 @@ class DataConfig:
     # name -> {_target_: dotted path of a reward function, extra kwargs}; order = trainer.reward_weights order.
     # TRL calls each with the completions and every dataset column as keyword arguments.
     rewards: Dict[str, Any] = field(default_factory=dict)
-
-
-# GRPOConfig fields grpo_exp sets itself, and the key that sets each. They are left out of the
-# `trainer` / `vllm` groups (schema_gen skips them), so setting one is an "unknown key" whose
-# message names this key instead (errors.explain).
-OWNED_TRAINER_FIELDS = {
-    "output_dir": "the run dir (hydra.run.dir); checkpoints go to <run dir>/checkpoints",
-    "deepspeed": "the deepspeed group (deepspeed=zero3, deepspeed.<key>=...)",
-    "use_cpu": "the topology (CPU when no GPU is detected or topology.gpus_per_node=0)",
-    "report_to": "logger (logger=<a tracker of grpo_exp/trackers/> | none; logger.also=[...]: several)",
-    "run_name": "run_name (top level)",
-    "seed": "seed (top level)",
-    "ddp_timeout": "topology.collective_timeout_s",
-    "local_rank": "the launcher (torchrun starts one process per GPU)",
-    "project": "logger.project",
-    "hub_token": "the HF_TOKEN environment variable (config.yaml is saved in the run dir; tokens never go in it)",
-    "resume_from_checkpoint": "resume=<run dir> (the run continues from its latest checkpoint)",
-    "fsdp": "the fsdp group (fsdp=full_shard | full_shard_offload | hybrid_shard)",
-    "fsdp_config": "the fsdp group's keys (fsdp.reshard_after_forward, fsdp.cpu_offload, ...)",
-    "parallelism_config": "nothing: an accelerate object that cannot be written in YAML (GRPO supports no cp/sp "
-    "anyway)",
-    "use_vllm": "vllm (vllm=off | colocate | server)",
-    "vllm_mode": "vllm.mode (vllm=off | colocate | server)",
-    "vllm_server_base_url": "vllm.server_host and vllm.server_port",
-}
 
 
 @dataclass
@@ -422,25 +392,3 @@ def is_open_mapping(key: str) -> bool:
         kind = get_type_hints(kind).get(part) if is_dataclass(kind) else None
     hints = get_type_hints(kind) if is_dataclass(kind) else {}
     return get_origin(hints.get(name)) is dict
-
-
-def register_configs() -> None:
-    """Make `schema`, the `sweep` group (files in top-level sweeps/) and our resolvers known to Hydra."""
-    # ${eq:a,b}: lets trainer.bf16 follow model.dtype. Resolved before the config is frozen.
-    if not OmegaConf.has_resolver("eq"):
-        OmegaConf.register_new_resolver("eq", lambda a, b: str(a) == str(b))
-    # ${run_id:}: a short random id, the same for every use in this process (run and sweep dir names).
-    if not OmegaConf.has_resolver("run_id"):
-        run_id = secrets.token_hex(2)
-        OmegaConf.register_new_resolver("run_id", lambda: run_id)
-    # ${node_subdir:rank}: where a node's files go inside a shared run dir ("" for node 0).
-    if not OmegaConf.has_resolver("node_subdir"):
-        OmegaConf.register_new_resolver("node_subdir", lambda rank: node_subdir(int(rank)))
-        OmegaConf.register_new_resolver("node_suffix", lambda rank: f".node{rank}" if int(rank) > 0 else "")
-    # ${basename:path}: model=auto names the run after the model's directory or repo.
-    if not OmegaConf.has_resolver("basename"):
-        OmegaConf.register_new_resolver("basename", lambda path: Path(str(path).rstrip("/")).name)
-    cs = ConfigStore.instance()
-    cs.store(name="schema", node=Config)
-    for path in sorted(SWEEPS_DIR.glob("*.yaml")):
-        cs.store(group="sweep", name=path.stem, node=OmegaConf.load(path), package="_global_")

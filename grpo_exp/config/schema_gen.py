@@ -22,8 +22,7 @@ import types
 import typing
 from pathlib import Path
 
-from grpo_exp.config.keys import ALIASES
-from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
+from grpo_exp.config.keys import ALIASES, OWNED_TRAINER_FIELDS
 
 TARGET = Path(__file__).with_name("trl_schema.py")
 VLLM_PREFIX = "vllm_"
@@ -134,7 +133,7 @@ def render() -> str:
         f"{transformers.__version__}). Do not edit.\n\n"
         "Every GRPOConfig field with TRL's default: `TrainerFields` (the `trainer` group, names verbatim) and\n"
         "`VllmFields` (the `vllm_*` fields, prefix dropped). Fields grpo_exp sets itself are left out:\n"
-        'schema.OWNED_TRAINER_FIELDS names the key that sets each.\n"""\n\n'
+        'keys.OWNED_TRAINER_FIELDS names the key that sets each.\n"""\n\n'
         "from dataclasses import dataclass, field\n"
         f"from typing import {typing_names}\n\n"
         f"TRL_VERSION = {trl.__version__!r}\n\n"

@@ -2,7 +2,7 @@
 
 Every GRPOConfig field with TRL's default: `TrainerFields` (the `trainer` group, names verbatim) and
 `VllmFields` (the `vllm_*` fields, prefix dropped). Fields grpo_exp sets itself are left out:
-schema.OWNED_TRAINER_FIELDS names the key that sets each.
+keys.OWNED_TRAINER_FIELDS names the key that sets each.
 """
 
 from dataclasses import dataclass, field

@@ -26,11 +26,11 @@ import math
 import re
 from pathlib import Path
 
-import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import GIB
 from grpo_exp.core import rundir
+from grpo_exp.launching import kubernetes_yaml
 from grpo_exp.planning import host_memory
 from grpo_exp.planning.placement import Plan
 
@@ -142,7 +142,7 @@ def _configmap(cfg: DictConfig) -> dict:
 
     text = rundir.config_text(cfg)
     meta = _metadata(cfg, f"{cfg.launcher.kubernetes.job_name}-config")
-    return _through(
+    return kubernetes_yaml.through(
         IoK8sApiCoreV1ConfigMap,
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {rundir.CONFIG: text}},
     )
@@ -264,7 +264,7 @@ def _trainjob(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
             "runtimePatches": [patch],
         },
     }
-    return _through(TrainerV1alpha1TrainJob, body)
+    return kubernetes_yaml.through(TrainerV1alpha1TrainJob, body)
 
 
 def trainjob_command(argv: list[str]) -> list[str]:
@@ -310,7 +310,7 @@ def _jobset(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
             "failurePolicy": {"maxRestarts": k.max_restarts},
         },
     }
-    return _through(JobsetV1alpha2JobSet, body)
+    return kubernetes_yaml.through(JobsetV1alpha2JobSet, body)
 
 
 def _beside(replicated_job: str, jobset: str) -> dict:
@@ -391,50 +391,7 @@ def _server_pod(cfg: DictConfig, plan: Plan, memory: dict, node_rank: int) -> di
     return _pod(cfg, container, trains=False)
 
 
-def _through(model, body: dict) -> dict:
-    """`body` as its model reads it back (with the defaults the model fills in, such as a port's protocol): types
-    checked, and a key the model does not know is an error (the models would drop it silently)."""
-    read = model.from_dict(body).to_dict()
-    dropped = _dropped(body, read)
-    if dropped is not None:
-        raise ValueError(f"{body['kind']}: {model.__name__} does not keep {dropped}")
-    return read
-
-
-def _dropped(given, read, path: str = "") -> str | None:
-    """The first part of `given` that `read` lost or changed (keys `read` adds are defaults, not losses)."""
-    if isinstance(given, dict) and isinstance(read, dict):
-        for key, value in given.items():
-            lost = f"{path}{key}" if key not in read else _dropped(value, read[key], f"{path}{key}.")
-            if lost is not None:
-                return lost
-        return None
-    if isinstance(given, list) and isinstance(read, list) and len(given) == len(read):
-        pairs = enumerate(zip(given, read, strict=True))
-        return next((lost for i, pair in pairs if (lost := _dropped(*pair, f"{path}{i}."))), None)
-    return None if given == read else path.rstrip(".") or "the object"
-
-
-class _Dumper(yaml.SafeDumper):
-    """Block style for text of several lines: the ConfigMap's config.yaml reads as the file it is."""
-
-
-_Dumper.add_representer(
-    str,
-    lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None),
-)
-
-
-def dump(objects: list[dict]) -> str:
-    """The objects as one YAML stream, each with apiVersion, kind and metadata first as kubectl prints them."""
-    first = ("apiVersion", "kind", "metadata")
-    ordered = [
-        {**{k: o[k] for k in first if k in o}, **{k: v for k, v in o.items() if k not in first}} for o in objects
-    ]
-    return yaml.dump_all(ordered, Dumper=_Dumper, sort_keys=False, width=120)
-
-
 def write(run_dir: Path, objects: list[dict]) -> Path:
     path = Path(run_dir) / MANIFESTS
-    path.write_text(dump(objects))
+    path.write_text(kubernetes_yaml.dump(objects))
     return path

@@ -16,10 +16,7 @@ Needs the `slurm` extra (submitit).
 """
 
 import logging
-import os
-import re
 import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,9 +25,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
-from grpo_exp.core.status import Status
-from grpo_exp.launching import launch, versions
-from grpo_exp.planning import placement
+from grpo_exp.launching import launch
+from grpo_exp.launching.slurm_state import ENDED, GONE, JobState, ask, ask_all, job_state  # noqa: F401
+from grpo_exp.launching.slurm_task import NodeTask
 from grpo_exp.planning.placement import Plan
 
 log = logging.getLogger(__name__)
@@ -111,7 +108,7 @@ def test_only(cfg: DictConfig, plan: Plan) -> list[Problem]:
         slurm_executor = executor(cfg, Path(scratch), plan)._executor  # the script submitit itself writes
         script = Path(scratch) / "test_only.sh"
         script.write_text(slurm_executor._make_submission_file_text("true", "test_only"))
-        answer = _ask_all("sbatch", "--test-only", str(script))
+        answer = ask_all("sbatch", "--test-only", str(script))
     if answer is None or answer[0] == 0:
         return []
     return [_refusal(answer[1])]
@@ -183,80 +180,11 @@ def submit_and_wait(cfg: DictConfig, run_dir: Path, plan: Plan) -> int:
 
 # --- what SLURM says of a job -------------------------------------------------------------------
 
-# Job states after which SLURM runs the job no more unless it is requeued (squeue(1) JOB STATE CODES).
-ENDED = {
-    "COMPLETED",
-    "FAILED",
-    "CANCELLED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "BOOT_FAIL",
-    "DEADLINE",
-    "OUT_OF_MEMORY",
-    "REVOKED",
-    "SPECIAL_EXIT",
-}
 # Ended states that were not the job's own doing or a person's decision: a requeue may well succeed (a
 # launch failure - a revoked credential, a prolog error - ends as FAILED with no exit code of ours).
 REQUEUE_MAY_HELP = {"FAILED", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED"}
-GONE = "GONE"  # no tool knows the job any more: purged from slurmctld's memory, with no accounting
 STATE_POLL_S = 5.0  # how often the driver asks SLURM about a job that has no result yet
 RESULT_GRACE_S = 10.0  # an ended job's result file may reach a shared filesystem a little late
-
-
-@dataclass(frozen=True)
-class JobState:
-    state: str  # SLURM's JobState (RUNNING, FAILED, ...), or GONE
-    reason: str | None = None  # SLURM's Reason (NonZeroExitCode, launch_failed_requeued_held, ...)
-    restarts: int | None = None  # times SLURM restarted it (scontrol's Restarts)
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED or self.state == GONE
-
-
-def _ask_all(*argv: str) -> tuple[int, str] | None:
-    """A SLURM tool's exit code and what it said (stderr, then stdout), or None when it is not there."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.returncode, done.stderr + done.stdout
-
-
-def _ask(*argv: str) -> str | None:
-    """A SLURM tool's stdout, or None when it failed or is not there."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
-def job_state(job_id: str) -> JobState | None:
-    """What SLURM says of `job_id`: scontrol (state, reason, restarts; while slurmctld holds the job,
-    MinJobAge after its end), sacct (with accounting, long after), squeue (any state slurmctld holds).
-    GONE when none of them knows it; None when none of them answers at all (no SLURM tools here)."""
-    shown = _ask("scontrol", "show", "job", "-o", str(job_id))
-    if shown and (found := re.search(r"\bJobState=(\S+)", shown)):
-        reason = re.search(r"\bReason=(\S+)", shown)
-        restarts = re.search(r"\bRestarts=(\d+)", shown)
-        return JobState(
-            found.group(1),
-            reason.group(1) if reason and reason.group(1) not in ("None", "(null)") else None,
-            int(restarts.group(1)) if restarts else None,
-        )
-    accounted = _ask("sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State")
-    if accounted and accounted.strip():
-        return JobState(accounted.split()[0])  # "CANCELLED by 0": the state is the first word
-    queued = _ask("squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T|%r")
-    if queued and queued.strip():
-        state, _, reason = queued.strip().splitlines()[0].partition("|")
-        return JobState(state, reason if reason not in ("", "None") else None)
-    if shown is None and accounted is None and queued is None and _ask("scontrol", "version") is None:
-        return None  # no SLURM tools to ask: only the result file tells
-    return JobState(GONE)
 
 
 @dataclass
@@ -300,7 +228,7 @@ class Submitted:
         why = f"SLURM job {self.job.job_id} ended {state.state}" + (f" ({state.reason})" if state.reason else "")
         self.lost.append({"state": state.state, "reason": state.reason, "time": time.time()})
         if state.state in REQUEUE_MAY_HELP and restarts < self.max_requeues:
-            if _ask("scontrol", "requeue", str(self.job.job_id)) is not None:
+            if ask("scontrol", "requeue", str(self.job.job_id)) is not None:
                 self.requeued += 1
                 self.ended_at = None
                 outcome.note(self.run_dir, slurm_lost_attempts=self.lost)
@@ -359,83 +287,3 @@ def _exit_code(submitted: Submitted) -> int:
         log.error("job %s failed: %s", submitted.job.job_id, str(exc).splitlines()[0] if str(exc) else exc)
         return outcome.EXIT_FAILED
     return max(codes, key=lambda c: c != 0)
-
-
-def _ending(job_id: str) -> str | None:
-    """SLURM's state for a job it is ending (scancel, a preemption: COMPLETING, CANCELLED, ...), or None while
-    it still runs it: a time-limit warning (SIGUSR2) or a signal alone (`scancel --signal`) leaves it RUNNING."""
-    state = job_state(job_id)
-    return None if state is None or state.state in ("RUNNING", "SUSPENDED") else state.state
-
-
-class NodeTask:
-    """What each SLURM task runs (submitit pickles it): this node's share of the plan. Node 0's task
-    also concludes the run (its summary.json) and, when the ranks were preempted, requeues the job."""
-
-    def __init__(self, config_path: str):
-        self.config_path = config_path
-
-    def __call__(self) -> int:
-        import submitit
-
-        env = submitit.JobEnvironment()
-        cfg = OmegaConf.load(self.config_path)
-        # Where this task sits is only known inside the job: the node index, and the first host as
-        # the rendezvous (and vLLM server) address. node_rank is left out of the fingerprint check.
-        cfg.topology.node_rank = env.global_rank
-        cfg.topology.master_addr = env.hostnames[0] if len(env.hostnames) > 1 else "127.0.0.1"
-        if cfg.vllm.nodes:  # the last node serves: trainers reach it, and it listens, at its own address
-            cfg.vllm.server_host = env.hostnames[-1]
-        run_dir = Path(self.config_path).parent
-        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
-        if env.global_rank == 0 and restarts:  # a requeued job: the ranks resume from the latest checkpoint
-            checkpoint = rundir.latest_checkpoint(run_dir)
-            rundir.clear_rank_records(run_dir)
-            outcome.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
-            outcome.started(run_dir, slurm_restarts=restarts)
-        started = time.time()
-        if env.global_rank == 0:
-            outcome.note(run_dir, started_at=started)  # the job's start, not its submission
-        plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus())
-        node = plan.nodes[env.global_rank]
-        log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
-        # The driver checked its own machine; this node's packages are only known here.
-        refused = versions.check(cfg, serves=bool(node.vllm_gpus), trains=node.train_procs > 0)
-        if refused:
-            error = f"node {env.global_rank} ({env.hostnames[env.global_rank]}): " + "; ".join(p.why for p in refused)
-            rundir.write_rank_record(run_dir, env.global_rank, {"status": Status.INVALID, "error": error})
-            code = outcome.EXIT_INVALID
-        else:
-            code = launch.run_node(cfg, run_dir, node, log_path=run_dir / log_name)
-        if env.global_rank != 0:
-            return code
-        summary = outcome.conclude(run_dir, code, time.time() - started)
-        if summary["status"] == Status.PREEMPTED and "SLURM_JOB_ID" in os.environ:
-            ending = _ending(env.job_id)
-            if ending:  # scancel (a stopped driver, a person) or SLURM's own preemption: a requeue would undo it
-                log.warning(
-                    "preempted at step %s while SLURM ends job %s (%s): not requeued; python -m grpo_exp "
-                    "resume=%s continues",
-                    summary.get("global_step"),
-                    env.job_id,
-                    ending,
-                    run_dir,
-                )
-            elif restarts < cfg.launcher.slurm.max_requeues:
-                log.warning(
-                    "preempted at step %s: requeueing job %s (%d of %d)",
-                    summary.get("global_step"),
-                    env.job_id,
-                    restarts + 1,
-                    cfg.launcher.slurm.max_requeues,
-                )
-                subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
-                raise SystemExit(outcome.EXIT_PREEMPTED)  # no result for submitit: the requeued job gives it
-            else:
-                log.warning(
-                    "preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s "
-                    "continues",
-                    cfg.launcher.slurm.max_requeues,
-                    run_dir,
-                )
-        return summary["exit_code"]

@@ -5,7 +5,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config import model_info
+from grpo_exp.config import model_info, model_option
 from tests.helpers import compose_cfg, problem_keys, problems
 
 
@@ -34,7 +34,7 @@ def test_model_auto_reads_config_json_with_an_exact_parameter_count(saved_models
 
 
 def test_model_info_writes_a_named_option(saved_models, tmp_path):
-    assert model_info.main([str(saved_models["mistral"]), "--name", "my-mistral", "--out", str(tmp_path)]) == 0
+    assert model_option.main([str(saved_models["mistral"]), "--name", "my-mistral", "--out", str(tmp_path)]) == 0
     written = OmegaConf.load(tmp_path / "my-mistral.yaml")
     cfg = compose_cfg("model=auto", f"model.name_or_path={saved_models['mistral']}")
     model_info.complete(cfg.model)

@@ -12,8 +12,8 @@ import yaml
 
 from grpo_exp import CONF_DIR, Problem
 from grpo_exp.config import errors
+from grpo_exp.config.registry import register_configs
 from grpo_exp.config.rewards import active_rewards
-from grpo_exp.config.schema import register_configs
 
 
 class RecipeError(ValueError):

@@ -8,9 +8,9 @@ import yaml
 
 from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path, trackers
 from grpo_exp.config import keys
+from grpo_exp.config.keys import OWNED_TRAINER_FIELDS
 from grpo_exp.config.recipe.experiment import Experiment, inline, literal
 from grpo_exp.config.recipe.launch import accelerate_fsdp
-from grpo_exp.config.schema import OWNED_TRAINER_FIELDS
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields, VllmFields
 
 TRAINER_FIELDS = set(TrainerFields.__dataclass_fields__)

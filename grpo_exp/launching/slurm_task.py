@@ -1,0 +1,91 @@
+"""What each task of a `launcher=slurm` job runs (submitit pickles it): this node's share of the plan, with the
+node's place read inside the job. Node 0's task also concludes the run (its summary.json) and, when the ranks were
+preempted, requeues the job."""
+
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from grpo_exp.core import outcome, rundir
+from grpo_exp.core.status import Status
+from grpo_exp.launching import launch, slurm_state, versions
+from grpo_exp.planning import placement
+
+log = logging.getLogger(__name__)
+
+
+class NodeTask:
+    """What each SLURM task runs (submitit pickles it): this node's share of the plan. Node 0's task
+    also concludes the run (its summary.json) and, when the ranks were preempted, requeues the job."""
+
+    def __init__(self, config_path: str):
+        self.config_path = config_path
+
+    def __call__(self) -> int:
+        import submitit
+
+        env = submitit.JobEnvironment()
+        cfg = OmegaConf.load(self.config_path)
+        # Where this task sits is only known inside the job: the node index, and the first host as
+        # the rendezvous (and vLLM server) address. node_rank is left out of the fingerprint check.
+        cfg.topology.node_rank = env.global_rank
+        cfg.topology.master_addr = env.hostnames[0] if len(env.hostnames) > 1 else "127.0.0.1"
+        if cfg.vllm.nodes:  # the last node serves: trainers reach it, and it listens, at its own address
+            cfg.vllm.server_host = env.hostnames[-1]
+        run_dir = Path(self.config_path).parent
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0"))
+        if env.global_rank == 0 and restarts:  # a requeued job: the ranks resume from the latest checkpoint
+            checkpoint = rundir.latest_checkpoint(run_dir)
+            rundir.clear_rank_records(run_dir)
+            outcome.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
+            outcome.started(run_dir, slurm_restarts=restarts)
+        started = time.time()
+        if env.global_rank == 0:
+            outcome.note(run_dir, started_at=started)  # the job's start, not its submission
+        plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus())
+        node = plan.nodes[env.global_rank]
+        log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
+        # The driver checked its own machine; this node's packages are only known here.
+        refused = versions.check(cfg, serves=bool(node.vllm_gpus), trains=node.train_procs > 0)
+        if refused:
+            error = f"node {env.global_rank} ({env.hostnames[env.global_rank]}): " + "; ".join(p.why for p in refused)
+            rundir.write_rank_record(run_dir, env.global_rank, {"status": Status.INVALID, "error": error})
+            code = outcome.EXIT_INVALID
+        else:
+            code = launch.run_node(cfg, run_dir, node, log_path=run_dir / log_name)
+        if env.global_rank != 0:
+            return code
+        summary = outcome.conclude(run_dir, code, time.time() - started)
+        if summary["status"] == Status.PREEMPTED and "SLURM_JOB_ID" in os.environ:
+            ending = slurm_state.ending(env.job_id)
+            if ending:  # scancel (a stopped driver, a person) or SLURM's own preemption: a requeue would undo it
+                log.warning(
+                    "preempted at step %s while SLURM ends job %s (%s): not requeued; python -m grpo_exp "
+                    "resume=%s continues",
+                    summary.get("global_step"),
+                    env.job_id,
+                    ending,
+                    run_dir,
+                )
+            elif restarts < cfg.launcher.slurm.max_requeues:
+                log.warning(
+                    "preempted at step %s: requeueing job %s (%d of %d)",
+                    summary.get("global_step"),
+                    env.job_id,
+                    restarts + 1,
+                    cfg.launcher.slurm.max_requeues,
+                )
+                subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
+                raise SystemExit(outcome.EXIT_PREEMPTED)  # no result for submitit: the requeued job gives it
+            else:
+                log.warning(
+                    "preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s "
+                    "continues",
+                    cfg.launcher.slurm.max_requeues,
+                    run_dir,
+                )
+        return summary["exit_code"]
