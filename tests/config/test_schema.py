@@ -7,9 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_exp.config import model_info, schema_gen, trl_schema
-from grpo_exp.config.keys import ALIASES
+from grpo_exp.config.keys import ALIASES, OWNED_TRAINER_FIELDS
 from grpo_exp.config.rewards import active_rewards
-from grpo_exp.config.schema import OWNED_TRAINER_FIELDS, TrainerConfig, VllmConfig
+from grpo_exp.config.schema import TrainerConfig, VllmConfig
 from grpo_exp.training import build
 from tests.helpers import CONF, compose_cfg, group_options
 
