@@ -129,6 +129,27 @@ def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
             signal.signal(sig, handler)
 
 
+def _start_server(cfg: DictConfig, node: NodePlan, output: _Output) -> subprocess.Popen:
+    """This node's vLLM server (the tiny model built first: the server loads its directory), its output followed."""
+    if cfg.model.name_or_path is None:
+        _build_tiny_model(cfg)
+    where = f"GPUs {node.vllm_gpus}" if node.vllm_gpus else "CPU"  # no GPUs: vLLM's CPU build
+    log.info("starting vLLM server on %s: %s", where, " ".join(node.commands["vllm"]))
+    server = _start(node.commands["vllm"], process_env(cfg, node.env.get("vllm", {})))
+    output.follow(server, prefix="[vllm] ")
+    return server
+
+
+def _wait_for_server(cfg: DictConfig, server: subprocess.Popen, output: _Output) -> None:
+    waited = vllm_server.wait_healthy(
+        vllm_server.health_url(cfg),
+        cfg.vllm.server_timeout,
+        is_alive=lambda: server.poll() is None,
+        log_tail=lambda: list(output.tails[server.pid]),
+    )
+    log.info("vLLM server healthy after %.0fs", waited)
+
+
 def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | None = None) -> int:
     """Run this node's processes to the end; return the training exit code (130 if interrupted).
     Raises vllm_server.ServerNotReady if the server never became healthy (training not started),
@@ -148,21 +169,10 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     }
     try:
         if "vllm" in node.commands:
-            if cfg.model.name_or_path is None:
-                _build_tiny_model(cfg)
-            where = f"GPUs {node.vllm_gpus}" if node.vllm_gpus else "CPU"  # no GPUs: vLLM's CPU build
-            log.info("starting vLLM server on %s: %s", where, " ".join(node.commands["vllm"]))
-            server = _start(node.commands["vllm"], process_env(cfg, node.env.get("vllm", {})))
+            server = _start_server(cfg, node, output)
             procs.append(server)
-            output.follow(server, prefix="[vllm] ")
             server_memory = vllm_server.ServerMemory(server.pid)
-            waited = vllm_server.wait_healthy(
-                vllm_server.health_url(cfg),
-                cfg.vllm.server_timeout,
-                is_alive=lambda: server.poll() is None,
-                log_tail=lambda: list(output.tails[server.pid]),
-            )
-            log.info("vLLM server healthy after %.0fs", waited)
+            _wait_for_server(cfg, server, output)
         if not node.train_procs:  # a dedicated serving node: serve until node 0 reports the run's end
             code = serving.serve_until_stopped(cfg, server, run_dir)
             return code

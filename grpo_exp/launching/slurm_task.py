@@ -61,31 +61,36 @@ class NodeTask:
             return code
         summary = outcome.conclude(run_dir, code, time.time() - started)
         if summary["status"] == Status.PREEMPTED and "SLURM_JOB_ID" in os.environ:
-            ending = slurm_state.ending(env.job_id)
-            if ending:  # scancel (a stopped driver, a person) or SLURM's own preemption: a requeue would undo it
-                log.warning(
-                    "preempted at step %s while SLURM ends job %s (%s): not requeued; python -m grpo_exp "
-                    "resume=%s continues",
-                    summary.get("global_step"),
-                    env.job_id,
-                    ending,
-                    run_dir,
-                )
-            elif restarts < cfg.launcher.slurm.max_requeues:
-                log.warning(
-                    "preempted at step %s: requeueing job %s (%d of %d)",
-                    summary.get("global_step"),
-                    env.job_id,
-                    restarts + 1,
-                    cfg.launcher.slurm.max_requeues,
-                )
-                subprocess.run(["scontrol", "requeue", env.job_id], check=True, timeout=60)
-                raise SystemExit(outcome.EXIT_PREEMPTED)  # no result for submitit: the requeued job gives it
-            else:
-                log.warning(
-                    "preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s "
-                    "continues",
-                    cfg.launcher.slurm.max_requeues,
-                    run_dir,
-                )
+            _requeue(cfg, env.job_id, run_dir, restarts, summary.get("global_step"))
         return summary["exit_code"]
+
+
+def _requeue(cfg, job_id: str, run_dir: Path, restarts: int, step) -> None:
+    """Node 0 of a preempted job: requeue it (the ranks resume from their checkpoint), unless SLURM itself is ending
+    it (scancel, SLURM's own preemption: a requeue would undo it) or the requeues are used up."""
+    ending = slurm_state.ending(job_id)
+    if ending:
+        log.warning(
+            "preempted at step %s while SLURM ends job %s (%s): not requeued; python -m grpo_exp resume=%s continues",
+            step,
+            job_id,
+            ending,
+            run_dir,
+        )
+    elif restarts < cfg.launcher.slurm.max_requeues:
+        log.warning(
+            "preempted at step %s: requeueing job %s (%d of %d)",
+            step,
+            job_id,
+            restarts + 1,
+            cfg.launcher.slurm.max_requeues,
+        )
+        subprocess.run(["scontrol", "requeue", job_id], check=True, timeout=60)
+        raise SystemExit(outcome.EXIT_PREEMPTED)  # no result for submitit: the requeued job gives it
+    else:
+        log.warning(
+            "preempted, and launcher.slurm.max_requeues=%d requeues are used up: python -m grpo_exp resume=%s "
+            "continues",
+            cfg.launcher.slurm.max_requeues,
+            run_dir,
+        )

@@ -39,80 +39,105 @@ def suggest(x: Inputs) -> list[dict]:
     if base.fits:
         return []
     out = []
-
-    def add(key: str, value, y: Inputs, text: str) -> None:
-        e = estimate(y)
+    for key, value, changed, text in [*_shape_changes(x), *_sharding_changes(x), *_vllm_changes(x, base)]:
+        e = estimate(changed)
         saved = _saved(base, e) / GIB
         if saved > 0.01 or e.fits:
             out.append({"key": key, "value": value, "fits": e.fits, "saves_gib": round(saved, 2), "text": text})
+    for item in out:
+        item["text"] += f" (saves {item['saves_gib']:.1f} GiB)" if item["saves_gib"] > 0 else ""
+    return sorted(out, key=lambda s: (not s["fits"], -s["saves_gib"]))
 
-    def bound(key: str, field_name: str, lo: int, hi: int) -> None:
-        best = _largest(lo, hi, lambda v: estimate(replace(x, **{field_name: v})).fits)
-        if best is not None and best < hi:
-            add(key, best, replace(x, **{field_name: best}), f"{key} <= {best} fits")
-        elif best is None and lo < getattr(x, field_name):
-            add(key, lo, replace(x, **{field_name: lo}), f"{key}={lo} helps but is not enough alone")
 
-    bound("trainer.per_device_train_batch_size", "batch", 1, x.batch)
+def _bound(x: Inputs, key: str, field_name: str, lo: int, hi: int) -> list[tuple]:
+    """The largest value of one size that fits, or its smallest where none does (it helps, not enough alone)."""
+    best = _largest(lo, hi, lambda v: estimate(replace(x, **{field_name: v})).fits)
+    if best is not None and best < hi:
+        return [(key, best, replace(x, **{field_name: best}), f"{key} <= {best} fits")]
+    if best is None and lo < getattr(x, field_name):
+        return [(key, lo, replace(x, **{field_name: lo}), f"{key}={lo} helps but is not enough alone")]
+    return []
+
+
+def _shape_changes(x: Inputs) -> list[tuple]:
+    """(key, value, the inputs changed, text) for the run's sizes: batch, checkpointing, lengths, the reference."""
+    changes = _bound(x, "trainer.per_device_train_batch_size", "batch", 1, x.batch)
     if not x.checkpointing:
-        add(
-            "trainer.activation_checkpointing",
-            True,
-            replace(x, checkpointing=True),
-            "trainer.activation_checkpointing=true",
+        changes.append(
+            (
+                "trainer.activation_checkpointing",
+                True,
+                replace(x, checkpointing=True),
+                "trainer.activation_checkpointing=true",
+            )
         )
-    bound("trainer.max_completion_length", "completion", 16, x.completion)
-    bound("data.max_prompt_length", "prompt", 16, x.prompt)
+    changes += _bound(x, "trainer.max_completion_length", "completion", 16, x.completion)
+    changes += _bound(x, "data.max_prompt_length", "prompt", 16, x.prompt)
     if x.ref_model:
-        add("trainer.beta", 0.0, replace(x, ref_model=False), "trainer.beta=0.0 (no reference model)")
+        changes.append(("trainer.beta", 0.0, replace(x, ref_model=False), "trainer.beta=0.0 (no reference model)"))
+    return changes
+
+
+def _sharding_changes(x: Inputs) -> list[tuple]:
+    """ZeRO stages, FSDP2, offload and LoRA: the switches that keep the run's sizes."""
+    changes = []
     for stage in (2, 3):
         if x.zero_stage < stage and x.world_size > 1 and not x.fsdp:
-            add("deepspeed", f"zero{stage}", replace(x, zero_stage=stage), f"deepspeed=zero{stage}")
+            changes.append(("deepspeed", f"zero{stage}", replace(x, zero_stage=stage), f"deepspeed=zero{stage}"))
     if not x.fsdp and not x.zero_stage and x.world_size > 1:
-        add("fsdp", "full_shard", replace(x, fsdp=True, fsdp_shard=x.world_size), "fsdp=full_shard (FSDP2)")
-    if x.fsdp and not x.fsdp_reshard:
-        add("fsdp.reshard_after_forward", True, replace(x, fsdp_reshard=True), "fsdp.reshard_after_forward=true")
-    if x.fsdp and not x.fsdp_offload and x.device == "cuda":
-        add("fsdp", "full_shard_offload", replace(x, fsdp_offload=True), "fsdp=full_shard_offload")
-    if x.zero_stage >= 2 and not x.offload_optimizer:
-        add(
-            "deepspeed",
-            f"zero{x.zero_stage}_offload",
-            replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3),
-            f"deepspeed=zero{x.zero_stage}_offload",
+        changes.append(
+            ("fsdp", "full_shard", replace(x, fsdp=True, fsdp_shard=x.world_size), "fsdp=full_shard (FSDP2)")
         )
+    if x.fsdp and not x.fsdp_reshard:
+        changes.append(
+            ("fsdp.reshard_after_forward", True, replace(x, fsdp_reshard=True), "fsdp.reshard_after_forward=true")
+        )
+    if x.fsdp and not x.fsdp_offload and x.device == "cuda":
+        changes.append(("fsdp", "full_shard_offload", replace(x, fsdp_offload=True), "fsdp=full_shard_offload"))
+    if x.zero_stage >= 2 and not x.offload_optimizer:
+        offloaded = replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3)
+        changes.append(("deepspeed", f"zero{x.zero_stage}_offload", offloaded, f"deepspeed=zero{x.zero_stage}_offload"))
     if not x.lora_params:
         lora = lora_params(
             x.hidden, x.heads * x.head_dim, x.kv_dim, x.intermediate, x.layers, x.vocab, 16, DECODER_LINEAR_LAYERS
         )
-        add("peft", "lora", replace(x, lora_params=lora, ref_model=False), "peft=lora (r=16 on all linear layers)")
+        adapted = replace(x, lora_params=lora, ref_model=False)
+        changes.append(("peft", "lora", adapted, "peft=lora (r=16 on all linear layers)"))
+    return changes
+
+
+def _vllm_changes(x: Inputs, base) -> list[tuple]:
+    """A colocated engine's share of the GPU and its sleep; a server that does not fit its GPUs."""
+    changes = []
     if x.vllm_mode == "colocate":
         utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]
         fitting = [u for u in utils if estimate(replace(x, vllm_util=u)).fits]
         if fitting:
-            add(
-                "vllm.gpu_memory_utilization",
-                max(fitting),
-                replace(x, vllm_util=max(fitting)),
-                f"vllm.gpu_memory_utilization <= {max(fitting):.2f}",
+            best = max(fitting)
+            changes.append(
+                (
+                    "vllm.gpu_memory_utilization",
+                    best,
+                    replace(x, vllm_util=best),
+                    f"vllm.gpu_memory_utilization <= {best:.2f}",
+                )
             )
         if not x.vllm_sleep:
-            add("vllm.enable_sleep_mode", True, replace(x, vllm_sleep=True), "vllm.enable_sleep_mode=true")
+            changes.append(("vllm.enable_sleep_mode", True, replace(x, vllm_sleep=True), "vllm.enable_sleep_mode=true"))
     if x.vllm_mode == "server" and base.vllm is not None and not base.vllm.fits:
         if x.vllm_util < 0.95:
-            add("vllm.gpu_memory_utilization", 0.95, replace(x, vllm_util=0.95), "vllm.gpu_memory_utilization=0.95")
-        add(
-            "vllm.tensor_parallel_size",
-            x.vllm_tp * 2,
-            replace(x, vllm_tp=x.vllm_tp * 2),
-            f"vllm.tensor_parallel_size={x.vllm_tp * 2} (and vllm.gpus={x.vllm_tp * 2})",
-        )
+            changes.append(
+                ("vllm.gpu_memory_utilization", 0.95, replace(x, vllm_util=0.95), "vllm.gpu_memory_utilization=0.95")
+            )
+        tp = x.vllm_tp * 2
+        text = f"vllm.tensor_parallel_size={tp} (and vllm.gpus={tp})"
+        changes.append(("vllm.tensor_parallel_size", tp, replace(x, vllm_tp=tp), text))
         needed = x.prompt + x.completion
         if x.vllm_max_len > needed:
-            add("vllm.max_model_length", needed, replace(x, vllm_max_len=needed), f"vllm.max_model_length={needed}")
-    for item in out:
-        item["text"] += f" (saves {item['saves_gib']:.1f} GiB)" if item["saves_gib"] > 0 else ""
-    return sorted(out, key=lambda s: (not s["fits"], -s["saves_gib"]))
+            changes.append(
+                ("vllm.max_model_length", needed, replace(x, vllm_max_len=needed), f"vllm.max_model_length={needed}")
+            )
+    return changes
 
 
 def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
