@@ -30,7 +30,8 @@ register_plugins()  # the frontier sweeper, as the command registers it
 
 
 def group_options(group: str) -> list[str]:
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    """The options a group ships (not the recipe tests' temporary experiments, `_test_*`, written while they run)."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.stem.startswith("_test_"))
 
 
 _COMPOSED: dict[tuple, DictConfig] = {}

@@ -16,8 +16,17 @@ from grpo_exp.config.trl_schema import DEBUG_OPTIONS, SCHEDULER_KWARGS
 
 def check_trl_rules(cfg: DictConfig) -> list[Problem]:
     """Combinations GRPOConfig or GRPOTrainer refuse inside every worker (trl 1.16), checked here."""
-    t, v = cfg.trainer, cfg.vllm
-    problems = []
+    return (
+        _reference_and_logging_rules(cfg)
+        + _evaluation_rules(cfg)
+        + _sampling_and_model_rules(cfg)
+        + check_transformers_rules(cfg)
+    )
+
+
+def _reference_and_logging_rules(cfg: DictConfig) -> list[Problem]:
+    """The reference model's sync, a batch size TRL must not search, where completions are logged."""
+    t, problems = cfg.trainer, []
     if t.sync_ref_model and t.beta == 0:
         problems.append(
             Problem(
@@ -51,6 +60,12 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
                 "set trainer.log_completions=true, or null the repo",
             )
         )
+    return problems
+
+
+def _evaluation_rules(cfg: DictConfig) -> list[Problem]:
+    """Evaluation needs held-out prompts, a split to take them from, and a cadence."""
+    t, problems = cfg.trainer, []
     held_out = cfg.data.eval_path is not None or cfg.data.eval_split is not None
     if t.eval_strategy != "no" and not held_out:  # do_eval alone evaluates nothing (Trainer reads eval_strategy)
         problems.append(
@@ -72,6 +87,12 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
         )
     if t.eval_strategy == "steps" and t.eval_steps is None and t.logging_steps is None:
         problems.append(Problem("trainer.eval_steps", "is null with eval_strategy=steps", "set trainer.eval_steps"))
+    return problems
+
+
+def _sampling_and_model_rules(cfg: DictConfig) -> list[Problem]:
+    """vLLM's importance-sampling clip, the model's dtype and quantization, LoRA on the LM head."""
+    t, v, problems = cfg.trainer, cfg.vllm, []
     low, high = v.importance_sampling_clip_min, v.importance_sampling_clip_max
     if low is not None and high is not None and low >= high:
         problems.append(
@@ -143,14 +164,17 @@ def check_trl_rules(cfg: DictConfig) -> list[Problem]:
                 "remove lm_head from peft.target_modules",
             )
         )
-    return problems + check_transformers_rules(cfg)
+    return problems
 
 
 def check_transformers_rules(cfg: DictConfig) -> list[Problem]:
     """TrainingArguments.__post_init__ / _validate_args and the scheduler factory (transformers 5.23):
-    what they refuse inside every worker, refused here first."""
-    t = cfg.trainer
-    problems = []
+    what a worker would refuse at start-up, refused here first."""
+    return _precision_rules(cfg) + _scheduler_rules(cfg) + _loader_and_saving_rules(cfg)
+
+
+def _precision_rules(cfg: DictConfig) -> list[Problem]:
+    t, problems = cfg.trainer, []
     for name, strategy in (
         ("logging_steps", t.logging_strategy),
         ("eval_steps", t.eval_strategy),
@@ -177,6 +201,11 @@ def check_transformers_rules(cfg: DictConfig) -> list[Problem]:
         problems.append(
             Problem("trainer.fp16_full_eval", "and trainer.bf16_full_eval are both true", "keep one of them")
         )
+    return problems
+
+
+def _scheduler_rules(cfg: DictConfig) -> list[Problem]:
+    t, problems = cfg.trainer, []
     if t.lr_scheduler_type in ("reduce_lr_on_plateau", "greedy") and t.eval_strategy == "no":
         problems.append(
             Problem(
@@ -206,6 +235,11 @@ def check_transformers_rules(cfg: DictConfig) -> list[Problem]:
                 "set trainer.lr_scheduler_kwargs={min_lr_rate: 0.1}",
             )
         )
+    return problems
+
+
+def _loader_and_saving_rules(cfg: DictConfig) -> list[Problem]:
+    t, problems = cfg.trainer, []
     for option in str(t.debug or "").split() if isinstance(t.debug, str) else []:
         if option not in DEBUG_OPTIONS:
             problems.append(

@@ -101,37 +101,7 @@ def _scan_json(path: Path, prompt_column: str) -> tuple[set[str], int]:
     text = path.read_text(errors="replace")
     if not text.strip():
         raise _empty(path)
-    if text.lstrip().startswith("["):  # one JSON array of rows
-        try:
-            rows = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise _Unreadable(
-                [
-                    Problem(
-                        "data.path",
-                        f"{path} line {exc.lineno} is not valid JSON ({exc.msg})",
-                        "fix the file: it must be a JSON array of objects, or one object per line",
-                    )
-                ]
-            ) from None
-        numbered = list(enumerate(rows, start=1))
-    else:  # JSON lines
-        numbered, errors = [], []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                numbered.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                errors.append(
-                    Problem(
-                        "data.path",
-                        f"{path} line {number} is not valid JSON ({exc.msg}, column {exc.colno})",
-                        f"fix or remove line {number}",
-                    )
-                )
-        if errors:
-            raise _Unreadable(errors[:MAX_REPORTED_ERRORS])
+    numbered = _json_rows(path, text)
     if not numbered:
         raise _empty(path)
     not_objects = [n for n, row in numbered if not isinstance(row, dict)]
@@ -158,6 +128,42 @@ def _scan_json(path: Path, prompt_column: str) -> tuple[set[str], int]:
             ]
         )
     return columns, len(numbered)
+
+
+def _json_rows(path: Path, text: str) -> list[tuple[int, object]]:
+    """(line, row) of a JSON array of rows or of JSON lines; a line that does not parse is a Problem with its number."""
+    if text.lstrip().startswith("["):  # one JSON array of rows
+        try:
+            rows = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _Unreadable(
+                [
+                    Problem(
+                        "data.path",
+                        f"{path} line {exc.lineno} is not valid JSON ({exc.msg})",
+                        "fix the file: it must be a JSON array of objects, or one object per line",
+                    )
+                ]
+            ) from None
+        return list(enumerate(rows, start=1))
+    else:  # JSON lines
+        numbered, errors = [], []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                numbered.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                errors.append(
+                    Problem(
+                        "data.path",
+                        f"{path} line {number} is not valid JSON ({exc.msg}, column {exc.colno})",
+                        f"fix or remove line {number}",
+                    )
+                )
+        if errors:
+            raise _Unreadable(errors[:MAX_REPORTED_ERRORS])
+    return numbered
 
 
 def _scan_csv(path: Path, prompt_column: str) -> tuple[set[str], int]:

@@ -29,6 +29,30 @@ CONFIGMAP_MAX_BYTES = 1 << 20  # a ConfigMap's data, at most (the API server ref
 OBJECT_MAX_BYTES = 3 << 19  # 1.5 MiB: etcd's default limit on one request, so on one object (--max-request-bytes)
 
 
+def _job_name_problems(name: str, plan: Plan) -> list[Problem]:
+    """The job's name, and the pod hostnames it makes, as Kubernetes takes them (DNS labels)."""
+    problems = []
+    longest = f"{name}-{TRAINER_NODE}-{max(len(plan.nodes) - 1, 0)}-0-0"
+    if not DNS_LABEL.match(name) or len(name) > NAME_MAX:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.job_name",
+                f"'{name}' is not a Kubernetes job name: lowercase letters, digits and '-', starting with a letter, "
+                f"at most {NAME_MAX} characters",
+                f"launcher.kubernetes.job_name=null (grpo-<experiment>-<hash>), or a name such as {job_name_fix(name)}",
+            )
+        )
+    elif len(longest) > 63:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.job_name",
+                f"makes pod hostnames such as {longest} ({len(longest)} characters; a DNS label holds 63)",
+                "a shorter launcher.kubernetes.job_name",
+            )
+        )
+    return problems
+
+
 def check(cfg: DictConfig, plan: Plan) -> list[Problem]:
     """What Kubernetes refuses or cannot express, before any object is built: the layout the kind can hold, names
     and labels, and a model the server's pod can load."""
@@ -67,25 +91,7 @@ def check(cfg: DictConfig, plan: Plan) -> list[Problem]:
                 "launcher.kubernetes.kind=auto (a JobSet: the server first, then the training nodes)",
             )
         )
-    name = k.job_name
-    longest = f"{name}-{TRAINER_NODE}-{max(len(plan.nodes) - 1, 0)}-0-0"
-    if not DNS_LABEL.match(name) or len(name) > NAME_MAX:
-        problems.append(
-            Problem(
-                "launcher.kubernetes.job_name",
-                f"'{name}' is not a Kubernetes job name: lowercase letters, digits and '-', starting with a letter, "
-                f"at most {NAME_MAX} characters",
-                f"launcher.kubernetes.job_name=null (grpo-<experiment>-<hash>), or a name such as {job_name_fix(name)}",
-            )
-        )
-    elif len(longest) > 63:
-        problems.append(
-            Problem(
-                "launcher.kubernetes.job_name",
-                f"makes pod hostnames such as {longest} ({len(longest)} characters; a DNS label holds 63)",
-                "a shorter launcher.kubernetes.job_name",
-            )
-        )
+    problems += _job_name_problems(k.job_name, plan)
     problems += _label_problems(cfg)
     if cfg.vllm.mode == "server" and cfg.model.name_or_path is None:
         problems.append(
