@@ -117,20 +117,7 @@ def read_architecture(config_json: Path) -> dict:
             "optimizer states); its layout is not Qwen2-VL's, so image tokens' share of the sequence and the tower's "
             "activations are not modelled"
         )
-    numbers = {
-        key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()
-    }
-    missing = [
-        k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if numbers[k] is None
-    ]
-    if missing:
-        raise ModelInfoError(f"config.json lacks {missing}; cannot plan this architecture")
-    numbers["num_key_value_heads"] = numbers["num_key_value_heads"] or numbers["num_attention_heads"]
-    numbers["head_dim"] = numbers["head_dim"] or numbers["hidden_size"] // numbers["num_attention_heads"]
-    numbers["intermediate_size"] = numbers["intermediate_size"] or 4 * numbers["hidden_size"]
-    if numbers["max_position_embeddings"] is None:
-        numbers["max_position_embeddings"] = 2048
-        notes.append("config.json has no max_position_embeddings: 2048 assumed for vLLM's context")
+    numbers = _numbers(text, notes)
     quantization = _quantization(config.get("quantization_config"))
     # quantized tensors are packed: counted on meta
     weights = {} if quantization else _safetensors_shapes(Path(config_json).parent)
@@ -138,19 +125,7 @@ def read_architecture(config_json: Path) -> dict:
     if weights:
         tied = not any(name.endswith("lm_head.weight") for name in weights)
     numbers["tie_word_embeddings"] = True if tied is None else bool(tied)
-    if any(text.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
-        notes.append(
-            "mixture of experts: weights count every expert, activations and logits are planned as for one dense FFN "
-            "(routing is not modelled)"
-        )
-    if (
-        text.get("sliding_window")
-        and text.get("use_sliding_window", True)
-        or "sliding_attention" in (text.get("layer_types") or [])
-    ):
-        notes.append(
-            "sliding-window attention: planned as full attention (KV cache and attention over the whole sequence)"
-        )
+    notes += _unmodelled(text)
     facts = meta_facts(Path(config_json).parent) if not weights else None
     if weights:
         num_parameters = sum(_numel(shape) for shape in weights.values())
@@ -177,6 +152,45 @@ def read_architecture(config_json: Path) -> dict:
         "quantization": quantization,
         "planner_notes": notes,
     }
+
+
+def _numbers(text: dict, notes: list[str]) -> dict:
+    """The architecture numbers of config.json's text model, under any family's spelling, the usual defaults filled
+    in (a note says what was assumed)."""
+    numbers = {
+        key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()
+    }
+    missing = [
+        k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if numbers[k] is None
+    ]
+    if missing:
+        raise ModelInfoError(f"config.json lacks {missing}; cannot plan this architecture")
+    numbers["num_key_value_heads"] = numbers["num_key_value_heads"] or numbers["num_attention_heads"]
+    numbers["head_dim"] = numbers["head_dim"] or numbers["hidden_size"] // numbers["num_attention_heads"]
+    numbers["intermediate_size"] = numbers["intermediate_size"] or 4 * numbers["hidden_size"]
+    if numbers["max_position_embeddings"] is None:
+        numbers["max_position_embeddings"] = 2048
+        notes.append("config.json has no max_position_embeddings: 2048 assumed for vLLM's context")
+    return numbers
+
+
+def _unmodelled(text: dict) -> list[str]:
+    """What this architecture has that the planner's formulas do not model."""
+    notes = []
+    if any(text.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
+        notes.append(
+            "mixture of experts: weights count every expert, activations and logits are planned as for one dense FFN "
+            "(routing is not modelled)"
+        )
+    if (
+        text.get("sliding_window")
+        and text.get("use_sliding_window", True)
+        or "sliding_attention" in (text.get("layer_types") or [])
+    ):
+        notes.append(
+            "sliding-window attention: planned as full attention (KV cache and attention over the whole sequence)"
+        )
+    return notes
 
 
 def vision_tower(config: dict, folder: Path) -> dict | None:

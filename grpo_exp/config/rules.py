@@ -92,7 +92,11 @@ def _evaluation_rules(cfg: DictConfig) -> list[Problem]:
 
 def _sampling_and_model_rules(cfg: DictConfig) -> list[Problem]:
     """vLLM's importance-sampling clip, the model's dtype and quantization, LoRA on the LM head."""
-    t, v, problems = cfg.trainer, cfg.vllm, []
+    return _sampling_rules(cfg) + _model_rules(cfg)
+
+
+def _sampling_rules(cfg: DictConfig) -> list[Problem]:
+    v, problems = cfg.vllm, []
     low, high = v.importance_sampling_clip_min, v.importance_sampling_clip_max
     if low is not None and high is not None and low >= high:
         problems.append(
@@ -116,6 +120,11 @@ def _sampling_and_model_rules(cfg: DictConfig) -> list[Problem]:
                 "set vllm.importance_sampling_clip_max (TRL's default is 3.0)",
             )
         )
+    return problems
+
+
+def _model_rules(cfg: DictConfig) -> list[Problem]:
+    t, problems = cfg.trainer, []
     if "dtype" in (t.model_init_kwargs or {}):
         problems.append(
             Problem(

@@ -220,9 +220,7 @@ def image_tokens(cfg: DictConfig) -> int:
 
 
 def inputs(cfg: DictConfig, plan) -> Inputs:
-    m, t, v, ds = cfg.model, cfg.trainer, cfg.vllm, cfg.deepspeed
-    zero = ds.get("zero_optimization", {}) if ds else {}
-    prompt = planned_prompt(cfg, plan.device)
+    m, t = cfg.model, cfg.trainer
     capacity = capacity_bytes(cfg, plan)
     return Inputs(
         params=m.num_parameters,
@@ -241,49 +239,70 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
         gradient_accumulation=t.gradient_accumulation_steps,
         completion=t.max_completion_length,
-        prompt=prompt,
+        prompt=planned_prompt(cfg, plan.device),
         checkpointing=activation_checkpointing(t),
         ref_model=t.beta > 0 and not cfg.peft.enabled,
-        scores=t.beta != 0
-        or t.gradient_accumulation_steps
-        % ((t.steps_per_generation or t.gradient_accumulation_steps) * t.num_iterations)
-        != 0
-        or (cfg.vllm.mode != "off" and bool(cfg.vllm.importance_sampling_correction)),
+        scores=_scores(cfg),
         agentic=env.active(cfg),
-        zero_stage=int(zero.get("stage", 0)) if ds else 0,
-        offload_optimizer=bool(zero.get("offload_optimizer")),
-        offload_params=bool(zero.get("offload_param")),
         lora_params=lora_trainable(cfg),
-        vllm_mode=v.mode,
-        vllm_util=v.gpu_memory_utilization,
-        vllm_tp=v.tensor_parallel_size,
-        vllm_max_len=v.max_model_length or m.max_position_embeddings,
-        vllm_sleep=v.enable_sleep_mode,
-        ds3_gather_for_generation=t.ds3_gather_for_generation,
-        sub_group_size=float(zero.get("sub_group_size", 1e9)) if ds else 1e9,
         autocast=DTYPE_BYTES[m.dtype] == 4 and bool(t.bf16 or t.fp16),
         qk_norm=m.model_type in QK_NORM_MODELS,
         address_space_limited=plan.device == "cpu" and cfg.memory.limit_gib is not None,
-        reduce_bucket=_elements(zero.get("reduce_bucket_size"), m.hidden_size**2),
-        allgather_bucket=_elements(zero.get("allgather_bucket_size"), 5e8),
-        overlap_comm=bool(zero.get("overlap_comm", False)),
-        zero3_max_live=_elements(zero.get("stage3_max_live_parameters"), 1e9),
-        zero3_prefetch=_elements(zero.get("stage3_prefetch_bucket_size"), 0.9 * m.hidden_size**2),
-        fsdp=bool(cfg.fsdp.enabled),
-        fsdp_shard=_shard_group(cfg, plan),
-        fsdp_reshard=bool(cfg.fsdp.reshard_after_forward),
-        fsdp_offload=bool(cfg.fsdp.enabled and cfg.fsdp.cpu_offload),
-        fsdp_ram_efficient_loading=bool(cfg.fsdp.enabled and cfg.fsdp.cpu_ram_efficient_loading),
         tied=bool(m.tie_word_embeddings),
         calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
-        **_quantization(cfg),
-        weight_sync=placement.weight_sync(v, plan.device),
+        vllm_mode=cfg.vllm.mode,
+        vllm_util=cfg.vllm.gpu_memory_utilization,
+        vllm_tp=cfg.vllm.tensor_parallel_size,
+        vllm_max_len=cfg.vllm.max_model_length or m.max_position_embeddings,
+        vllm_sleep=cfg.vllm.enable_sleep_mode,
+        weight_sync=placement.weight_sync(cfg.vllm, plan.device),
         vision=_vision(cfg),
         vision_patches=cfg.data.images_per_prompt * vision.image_patches(_vision(cfg), cfg.data.image_size)
         if cfg.model.get("vision") is not None
         else 0,
+        **_deepspeed(cfg),
+        **_fsdp(cfg, plan),
+        **_quantization(cfg),
         **_vllm_engine(cfg, capacity),
     )
+
+
+def _scores(cfg: DictConfig) -> bool:
+    """Whether TRL scores without gradients: a reference model, generation and optimizer steps not aligned, or
+    vLLM's importance sampling."""
+    t = cfg.trainer
+    steps = t.steps_per_generation or t.gradient_accumulation_steps
+    unaligned = t.gradient_accumulation_steps % (steps * t.num_iterations) != 0
+    return t.beta != 0 or unaligned or (cfg.vllm.mode != "off" and bool(cfg.vllm.importance_sampling_correction))
+
+
+def _deepspeed(cfg: DictConfig) -> dict:
+    """The Inputs fields of the deepspeed group (zero_optimization; "auto" as the HF integration fills it)."""
+    m, t, ds = cfg.model, cfg.trainer, cfg.deepspeed
+    zero = ds.get("zero_optimization", {}) if ds else {}
+    return {
+        "zero_stage": int(zero.get("stage", 0)) if ds else 0,
+        "offload_optimizer": bool(zero.get("offload_optimizer")),
+        "offload_params": bool(zero.get("offload_param")),
+        "ds3_gather_for_generation": t.ds3_gather_for_generation,
+        "sub_group_size": float(zero.get("sub_group_size", 1e9)) if ds else 1e9,
+        "reduce_bucket": _elements(zero.get("reduce_bucket_size"), m.hidden_size**2),
+        "allgather_bucket": _elements(zero.get("allgather_bucket_size"), 5e8),
+        "overlap_comm": bool(zero.get("overlap_comm", False)),
+        "zero3_max_live": _elements(zero.get("stage3_max_live_parameters"), 1e9),
+        "zero3_prefetch": _elements(zero.get("stage3_prefetch_bucket_size"), 0.9 * m.hidden_size**2),
+    }
+
+
+def _fsdp(cfg: DictConfig, plan) -> dict:
+    f = cfg.fsdp
+    return {
+        "fsdp": bool(f.enabled),
+        "fsdp_shard": _shard_group(cfg, plan),
+        "fsdp_reshard": bool(f.reshard_after_forward),
+        "fsdp_offload": bool(f.enabled and f.cpu_offload),
+        "fsdp_ram_efficient_loading": bool(f.enabled and f.cpu_ram_efficient_loading),
+    }
 
 
 def _shard_group(cfg: DictConfig, plan) -> int:
