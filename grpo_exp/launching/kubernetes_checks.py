@@ -17,7 +17,6 @@ from omegaconf import DictConfig
 
 from grpo_exp import Problem
 from grpo_exp.core import rundir
-from grpo_exp.launching import kubernetes_run
 from grpo_exp.launching.kubernetes import MANIFESTS, NAME_MAX, TRAINER_NODE, build, kind
 from grpo_exp.launching.kubernetes_yaml import dump
 from grpo_exp.planning.placement import Plan
@@ -136,63 +135,6 @@ def _label_problems(cfg: DictConfig) -> list[Problem]:
                 )
             )
     return problems
-
-
-def check_cluster(cfg: DictConfig) -> list[Problem]:
-    """action=run: what applying needs: kubectl and a cluster that answers it, a job name the namespace does not
-    hold yet (applying would change that job), an image, a volume the run dir survives on."""
-    k = cfg.launcher.kubernetes
-    if shutil.which("kubectl") is None:
-        problems = [
-            Problem(
-                "launcher.name",
-                "kubernetes applies its objects with kubectl, which is not on PATH here",
-                "install kubectl with a kubeconfig for your cluster, or action=plan to write the manifests only",
-            )
-        ]
-    else:
-        problems = _name_taken(cfg)
-    if k.image is None:
-        problems.append(
-            Problem(
-                "launcher.kubernetes.image",
-                "is null: the pods need an image with grpo_exp and its stack installed",
-                "launcher.kubernetes.image=<registry>/<image>:<tag>",
-            )
-        )
-    if k.volume is None:
-        problems.append(
-            Problem(
-                "launcher.kubernetes.volume",
-                "is null: the run dir (metrics, summary, checkpoints) would be an emptyDir, lost with its pod",
-                "launcher.kubernetes.volume=<a ReadWriteMany PersistentVolumeClaim in the namespace>",
-            )
-        )
-    return problems
-
-
-def _name_taken(cfg: DictConfig) -> list[Problem]:
-    """The cluster asked (kubectl get) whether the namespace holds a job of this name; a cluster that does not
-    answer is a problem too."""
-    k = cfg.launcher.kubernetes
-    resource = kubernetes_run.RESOURCE[kind(cfg)]
-    try:
-        held = kubernetes_run.kubectl(
-            "get", resource, k.job_name, "-n", k.namespace, "--ignore-not-found", "-o", "name"
-        )
-    except kubernetes_run.KubectlFailed as exc:
-        return [
-            Problem("launcher.kubernetes.namespace", f"the cluster does not answer: {exc}", "check your kubeconfig")
-        ]
-    if not held.strip():
-        return []
-    return [
-        Problem(
-            "launcher.kubernetes.job_name",
-            f"{held.strip()} exists in namespace {k.namespace} already; applying would change that job",
-            f"another job_name, or: kubectl delete {resource} {k.job_name} -n {k.namespace}",
-        )
-    ]
 
 
 # The kinds kubectl maps without asking a cluster: discovery answers as a cluster with JobSet and Kubeflow

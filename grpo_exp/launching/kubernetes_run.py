@@ -23,6 +23,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
 from grpo_exp.core.status import Status
 from grpo_exp.launching import kubernetes, launch
@@ -159,3 +160,58 @@ def terminations(pods: dict):
                 ended = (state or {}).get("terminated")
                 if ended:
                     yield pod["metadata"]["name"], status["name"], ended.get("reason")
+
+
+def check_cluster(cfg: DictConfig) -> list[Problem]:
+    """action=run: what applying needs: kubectl and a cluster that answers it, a job name the namespace does not
+    hold yet (applying would change that job), an image, a volume the run dir survives on."""
+    k = cfg.launcher.kubernetes
+    if shutil.which("kubectl") is None:
+        problems = [
+            Problem(
+                "launcher.name",
+                "kubernetes applies its objects with kubectl, which is not on PATH here",
+                "install kubectl with a kubeconfig for your cluster, or action=plan to write the manifests only",
+            )
+        ]
+    else:
+        problems = _name_taken(cfg)
+    if k.image is None:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.image",
+                "is null: the pods need an image with grpo_exp and its stack installed",
+                "launcher.kubernetes.image=<registry>/<image>:<tag>",
+            )
+        )
+    if k.volume is None:
+        problems.append(
+            Problem(
+                "launcher.kubernetes.volume",
+                "is null: the run dir (metrics, summary, checkpoints) would be an emptyDir, lost with its pod",
+                "launcher.kubernetes.volume=<a ReadWriteMany PersistentVolumeClaim in the namespace>",
+            )
+        )
+    return problems
+
+
+def _name_taken(cfg: DictConfig) -> list[Problem]:
+    """The cluster asked (kubectl get) whether the namespace holds a job of this name; a cluster that does not
+    answer is a problem too."""
+    k = cfg.launcher.kubernetes
+    resource = RESOURCE[kubernetes.kind(cfg)]
+    try:
+        held = kubectl("get", resource, k.job_name, "-n", k.namespace, "--ignore-not-found", "-o", "name")
+    except KubectlFailed as exc:
+        return [
+            Problem("launcher.kubernetes.namespace", f"the cluster does not answer: {exc}", "check your kubeconfig")
+        ]
+    if not held.strip():
+        return []
+    return [
+        Problem(
+            "launcher.kubernetes.job_name",
+            f"{held.strip()} exists in namespace {k.namespace} already; applying would change that job",
+            f"another job_name, or: kubectl delete {resource} {k.job_name} -n {k.namespace}",
+        )
+    ]

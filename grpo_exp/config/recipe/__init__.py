@@ -30,9 +30,9 @@ from grpo_exp.config.recipe.fields import (
     OPEN_R1_KEYS,
     recipe_field,
     reconcile_weights,
-    resolve_later,
     rewards,
 )
+from grpo_exp.config.recipe.later_fields import resolve_later
 from grpo_exp.config.recipe.launch import accelerate_config, deepspeed_json, to_int
 
 

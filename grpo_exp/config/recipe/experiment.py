@@ -205,3 +205,7 @@ def _compose(exp: Experiment, sources: list[str]):
             return compose("config", overrides=[f"experiment={exp.name}", f"hydra.searchpath=[file://{scratch}]"])
     finally:
         restore_gh_from_backup(backup)
+
+
+def is_text(value) -> bool:
+    return isinstance(value, str) and value.strip() != ""

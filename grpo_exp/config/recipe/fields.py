@@ -9,8 +9,8 @@ import yaml
 from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path, trackers
 from grpo_exp.config import keys
 from grpo_exp.config.keys import OWNED_TRAINER_FIELDS
-from grpo_exp.config.recipe.experiment import Experiment, inline, literal
-from grpo_exp.config.recipe.launch import accelerate_fsdp
+from grpo_exp.config.recipe.experiment import Experiment, inline, is_text, literal
+from grpo_exp.config.recipe.later_fields import LATER
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields, VllmFields
 
 TRAINER_FIELDS = set(TrainerFields.__dataclass_fields__)
@@ -52,12 +52,6 @@ WHAT_GRPO_EXP_DOES = {
     "bnb_4bit_quant_storage": "uint8",
 }
 # TRL's ModelConfig quantization fields -> model.quantization (peft=qlora): resolved once use_peft is known.
-QUANTIZATION_FIELDS = {
-    "load_in_4bit": "bits",
-    "load_in_8bit": "bits",
-    "bnb_4bit_quant_type": "quant_type",
-    "use_bnb_nested_quant": "double_quant",
-}
 # YAML 1.1 reads an unquoted no/off/yes/on as a boolean: for a field with a fixed set of words, the word meant.
 _YAML_BOOL_WORDS = {False: ("no", "off", "false"), True: ("yes", "on", "true")}
 
@@ -70,16 +64,12 @@ def _shipped_model(name_or_path: str) -> str | None:
     return None
 
 
-def _is_text(value) -> bool:
-    return isinstance(value, str) and value.strip() != ""
-
-
 def rewards(exp: Experiment, names, source: str) -> None:
     """The recipe's reward functions as data.rewards, replacing data=hf's. A name in exp.skip (--skip <name>) is
     left out, and its reward_weights entry with it (reconcile_weights)."""
     if isinstance(names, str):  # one name, as `--reward_funcs accuracy` gives it
         names = [names]
-    if not isinstance(names, list) or not all(_is_text(n) for n in names):
+    if not isinstance(names, list) or not all(is_text(n) for n in names):
         exp.lack(source, f"{names!r}: a list of reward function names or dotted import paths")
         return
     exp.later["reward_names"] = list(names)
@@ -137,9 +127,9 @@ def _choice_word(key: str, value):
 def _lora_targets(exp: Experiment, name: str, value) -> None:
     if value == "all-linear":
         exp.set("peft.target_modules", list(DECODER_LINEAR_LAYERS), name)
-    elif _is_text(value) and value.isidentifier():
+    elif is_text(value) and value.isidentifier():
         exp.set("peft.target_modules", [value], name)
-    elif isinstance(value, list) and value and all(_is_text(v) and v.isidentifier() for v in value):
+    elif isinstance(value, list) and value and all(is_text(v) and v.isidentifier() for v in value):
         exp.set("peft.target_modules", list(value), name)
     else:
         exp.lack(name, f"{value!r}: grpo_exp takes module names (a list such as [q_proj, v_proj], or all-linear)")
@@ -166,78 +156,12 @@ def recipe_field(exp: Experiment, name: str, value) -> None:
     elif name.startswith("vllm_") and name.removeprefix("vllm_") in VLLM_FIELDS:
         key = f"vllm.{name.removeprefix('vllm_')}"
         exp.set(key, _choice_word(key, value), name)
-    elif name == "use_vllm":
-        if not isinstance(value, bool):
-            exp.lack(name, f"{value!r}: true or false")
-        else:  # TRL 1.x's default mode (colocate); vllm_mode or TRL <= 0.16's vllm_device says otherwise
-            exp.choose("vllm", "colocate" if value else "off", name, replace=False)
-    elif name == "vllm_mode":
-        if value in ("colocate", "server"):
-            exp.choose("vllm", value, name)
-        else:
-            exp.lack(name, f"{value!r}: colocate or server")
+    elif name in _WITH_A_HOME_OF_THEIR_OWN:
+        _WITH_A_HOME_OF_THEIR_OWN[name](exp, name, value)
     elif name in LATER:
         exp.later[name] = value  # resolve_later(): it depends on other fields or the launch
-    elif name == "output_dir":  # each run gets its own dir under the recipe's output_dir
-        if not _is_text(value):
-            exp.lack(name, f"{value!r}: a directory")
-        else:
-            run_dir = f"{literal(value)}/${{now:%Y-%m-%d_%H-%M-%S}}_${{run_id:}}"
-            exp.set("hydra.run.dir", run_dir, f"{name}: one run dir per run below it", interpolate=True)
-    elif name == "report_to":
-        targets = [value] if isinstance(value, str) else value if isinstance(value, list) else None
-        if targets is None or not all(isinstance(t, str) for t in targets):
-            exp.lack(name, f"{value!r}: a tracker name or a list of them")
-        elif set(targets) - {*trackers.names(), "none", "all"}:
-            exp.lack(name, f"{targets}: grpo_exp tracks runs with {', '.join(trackers.names())} (logger=...), or none")
-        else:
-            # "all": as transformers reads it, every tracker installed here
-            chosen = trackers.installed() if "all" in targets else [t for t in targets if t != "none"]
-            exp.choose("logger", chosen[0] if chosen else "none", name)
-            if len(chosen) > 1:
-                exp.set("logger.also", chosen[1:], name)
-    elif name in ("run_name", "seed"):
-        exp.set(name, value, name)
-    elif name == "ddp_timeout":
-        exp.set("topology.collective_timeout_s", value, name)
-    elif name == "deepspeed":
-        exp.lack(name, "give the DeepSpeed JSON with --deepspeed <file>")
     elif name in OWNED_TRAINER_FIELDS:
         exp.lack(name, f"grpo_exp sets it itself: {OWNED_TRAINER_FIELDS[name]}")
-    elif name == "model_name_or_path":
-        if not _is_text(value):
-            exp.lack(name, f"{value!r}: a hub model id or a local model directory")
-            return
-        shipped = _shipped_model(value)
-        exp.choose("model", shipped or "auto", name)
-        if shipped is None:
-            exp.set("model.name_or_path", value, name)
-    elif name in ("dtype", "torch_dtype"):
-        dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(str(value), value)
-        exp.set("model.dtype", "auto" if dtype in (None, "auto") else str(dtype), name)
-    elif name == "use_peft":
-        if not isinstance(value, bool):
-            exp.lack(name, f"{value!r}: true or false")
-        else:
-            exp.choose("peft", "lora" if value else "none", name)
-    elif name == "lora_target_modules":
-        _lora_targets(exp, name, value)
-    elif name == "dataset_name":
-        if not _is_text(value):
-            exp.lack(name, f"{value!r}: a hub dataset id or a local file or directory")
-            return
-        exp.choose("data", "hf", name)
-        exp.set(
-            "data.path",
-            value,
-            f"{name} ({'a local file or directory' if is_local_path(value) else 'a hub dataset id'})",
-        )
-    elif name == "datasets":  # trl 1.x's DatasetMixtureConfig: one dataset is data.path, a mixture has no home
-        _mixture(exp, name, value)
-    elif name == "reward_funcs":
-        rewards(exp, value, name)
-    elif name == "warmup_ratio":
-        exp.set("trainer.warmup_steps", value, f"{name} (transformers 5: a warmup_steps below 1 is a ratio)")
     elif home is not None and home.ignored:
         exp.ignore(name, value, home.note)
     elif home is not None and home.key is not None:
@@ -248,6 +172,99 @@ def recipe_field(exp: Experiment, name: str, value) -> None:
         exp.lack(name, "not a field of TRL's GRPOConfig, its script arguments or open-r1's")
 
 
+def _use_vllm(exp: Experiment, name: str, value) -> None:
+    if not isinstance(value, bool):
+        exp.lack(name, f"{value!r}: true or false")
+    else:  # TRL 1.x's default mode (colocate); vllm_mode or TRL <= 0.16's vllm_device says otherwise
+        exp.choose("vllm", "colocate" if value else "off", name, replace=False)
+
+
+def _vllm_mode(exp: Experiment, name: str, value) -> None:
+    if value in ("colocate", "server"):
+        exp.choose("vllm", value, name)
+    else:
+        exp.lack(name, f"{value!r}: colocate or server")
+
+
+def _output_dir(exp: Experiment, name: str, value) -> None:
+    """Each run gets its own dir under the recipe's output_dir."""
+    if not is_text(value):
+        exp.lack(name, f"{value!r}: a directory")
+    else:
+        run_dir = f"{literal(value)}/${{now:%Y-%m-%d_%H-%M-%S}}_${{run_id:}}"
+        exp.set("hydra.run.dir", run_dir, f"{name}: one run dir per run below it", interpolate=True)
+
+
+def _report_to(exp: Experiment, name: str, value) -> None:
+    targets = [value] if isinstance(value, str) else value if isinstance(value, list) else None
+    if targets is None or not all(isinstance(t, str) for t in targets):
+        exp.lack(name, f"{value!r}: a tracker name or a list of them")
+    elif set(targets) - {*trackers.names(), "none", "all"}:
+        exp.lack(name, f"{targets}: grpo_exp tracks runs with {', '.join(trackers.names())} (logger=...), or none")
+    else:
+        # "all": as transformers reads it, every tracker installed here
+        chosen = trackers.installed() if "all" in targets else [t for t in targets if t != "none"]
+        exp.choose("logger", chosen[0] if chosen else "none", name)
+        if len(chosen) > 1:
+            exp.set("logger.also", chosen[1:], name)
+
+
+def _model_name_or_path(exp: Experiment, name: str, value) -> None:
+    if not is_text(value):
+        exp.lack(name, f"{value!r}: a hub model id or a local model directory")
+        return
+    shipped = _shipped_model(value)
+    exp.choose("model", shipped or "auto", name)
+    if shipped is None:
+        exp.set("model.name_or_path", value, name)
+
+
+def _dtype(exp: Experiment, name: str, value) -> None:
+    dtype = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}.get(str(value), value)
+    exp.set("model.dtype", "auto" if dtype in (None, "auto") else str(dtype), name)
+
+
+def _use_peft(exp: Experiment, name: str, value) -> None:
+    if not isinstance(value, bool):
+        exp.lack(name, f"{value!r}: true or false")
+    else:
+        exp.choose("peft", "lora" if value else "none", name)
+
+
+def _dataset_name(exp: Experiment, name: str, value) -> None:
+    if not is_text(value):
+        exp.lack(name, f"{value!r}: a hub dataset id or a local file or directory")
+        return
+    exp.choose("data", "hf", name)
+    where = "a local file or directory" if is_local_path(value) else "a hub dataset id"
+    exp.set("data.path", value, f"{name} ({where})")
+
+
+# Fields that are neither GRPOConfig's nor a deprecated name of one, each written by its own function (before LATER
+# and OWNED_TRAINER_FIELDS are consulted: output_dir, report_to, run_name, ... are owned and still have a home).
+_WITH_A_HOME_OF_THEIR_OWN = {
+    "use_vllm": _use_vllm,
+    "vllm_mode": _vllm_mode,
+    "output_dir": _output_dir,
+    "report_to": _report_to,
+    "run_name": lambda exp, name, value: exp.set(name, value, name),
+    "seed": lambda exp, name, value: exp.set(name, value, name),
+    "ddp_timeout": lambda exp, name, value: exp.set("topology.collective_timeout_s", value, name),
+    "deepspeed": lambda exp, name, value: exp.lack(name, "give the DeepSpeed JSON with --deepspeed <file>"),
+    "model_name_or_path": _model_name_or_path,
+    "dtype": _dtype,
+    "torch_dtype": _dtype,
+    "use_peft": _use_peft,
+    "lora_target_modules": lambda exp, name, value: _lora_targets(exp, name, value),
+    "dataset_name": _dataset_name,
+    "datasets": lambda exp, name, value: _mixture(exp, name, value),  # trl 1.x's DatasetMixtureConfig
+    "reward_funcs": lambda exp, name, value: rewards(exp, value, name),
+    "warmup_ratio": lambda exp, name, value: exp.set(
+        "trainer.warmup_steps", value, f"{name} (transformers 5: a warmup_steps below 1 is a ratio)"
+    ),
+}
+
+
 def _mixture(exp: Experiment, name: str, value) -> None:
     datasets = value if isinstance(value, list) else None
     if not datasets:
@@ -256,7 +273,7 @@ def _mixture(exp: Experiment, name: str, value) -> None:
             exp.lack(name, f"{value!r}: TRL's dataset mixture is a list of {{path, name, split, ...}}")
         return
     one = datasets[0] if len(datasets) == 1 and isinstance(datasets[0], dict) else None
-    if one is None or not _is_text(one.get("path")) or set(one) - {"path", "name", "split", "columns"}:
+    if one is None or not is_text(one.get("path")) or set(one) - {"path", "name", "split", "columns"}:
         exp.lack(name, "a mixture of datasets (or one with data_dir/data_files/fraction): grpo_exp reads one dataset")
         return
     exp.choose("data", "hf", name)
@@ -264,123 +281,3 @@ def _mixture(exp: Experiment, name: str, value) -> None:
     for key, target in (("name", "data.subset"), ("split", "data.split")):
         if one.get(key) is not None:
             exp.set(target, one[key], f"{name}[0].{key}", name)
-
-
-# Fields read once the whole recipe and its launch are known (use_vllm, use_peft, the number of trainers, the
-# model's dtype, whether it evaluates): each is resolved by the function of its name in resolve_later().
-LATER = {
-    "vllm_device",
-    "vllm_dtype",
-    "dataset_test_split",
-    "load_in_4bit",
-    "load_in_8bit",
-    "bnb_4bit_quant_type",
-    "use_bnb_nested_quant",
-    "fsdp",
-    "fsdp_config",
-}
-
-
-def resolve_later(exp: Experiment, trainers: int | None) -> None:
-    if "vllm_device" in exp.later:
-        _vllm_device(exp, exp.later["vllm_device"], trainers)
-    if "vllm_dtype" in exp.later:
-        _vllm_dtype(exp, exp.later["vllm_dtype"])
-    _evaluation(exp, exp.later.get("dataset_test_split"))
-    _quantization(exp, {k: v for k, v in exp.later.items() if k in QUANTIZATION_FIELDS})
-    if exp.later.get("fsdp") not in (None, False, "", []):
-        _trainer_fsdp(exp, exp.later["fsdp"], exp.later.get("fsdp_config"))
-    elif exp.later.get("fsdp_config"):
-        exp.ignore("fsdp_config", exp.later["fsdp_config"], "fsdp is off: transformers reads fsdp_config only with it")
-
-
-def _trainer_fsdp(exp: Experiment, fsdp, config) -> None:
-    """TrainingArguments' `fsdp` ("full_shard auto_wrap", "shard_grad_op offload", a list, or true) and
-    `fsdp_config` (FSDP2 unless it says version 1, as transformers 5 reads them) as accelerate's plugin settings,
-    which launch.accelerate_fsdp turns into the fsdp group."""
-
-    if config is not None and not isinstance(config, dict):
-        exp.lack("fsdp_config", f"{config!r}: a mapping (a path to a JSON file is not read by the importer)")
-        return
-    settings = {k.removeprefix("fsdp_"): v for k, v in (config or {}).items()}
-    if "cpu_offload" in settings:  # transformers' name for accelerate's offload_params
-        settings["offload_params"] = settings.pop("cpu_offload")
-    settings.setdefault("version", 2)
-    items = fsdp.split() if isinstance(fsdp, str) else list(fsdp) if isinstance(fsdp, list) else []
-    for item in map(str, items):
-        if item == "offload":
-            settings["offload_params"] = True
-        elif item != "auto_wrap":
-            settings["sharding_strategy"] = item.upper()
-    accelerate_fsdp(exp, settings)
-
-
-def _vllm_device(exp: Experiment, device, trainers: int | None) -> None:
-    """TRL <= 0.16's `vllm_device`: vLLM on a GPU of its own beside the trainers (`auto`: the next one after
-    them, `cuda:N`: that one). grpo_exp's form of that layout is vllm=server with one reserved GPU."""
-    if exp.groups.get("vllm") in (None, "off"):
-        exp.ignore("vllm_device", device, "use_vllm is false: TRL never started vLLM")
-        return
-    index = re.fullmatch(r"cuda:(\d+)", str(device))
-    if device != "auto" and index is None:
-        exp.lack("vllm_device", f"{device!r}: TRL <= 0.16 took auto or cuda:<N>")
-        return
-    if index is not None and trainers is not None and int(index.group(1)) < trainers:
-        exp.lack(
-            "vllm_device",
-            f"{device} is one of the {trainers} training GPUs (TRL <= 0.16 then shared it with that rank); grpo_exp "
-            "gives vLLM GPUs of its own (vllm=server) or a share of every GPU (vllm=colocate)",
-        )
-        return
-    exp.choose("vllm", "server", "vllm_device")
-    exp.set("vllm.gpus", 1, f"vllm_device: {device} (TRL <= 0.16: vLLM on a GPU of its own beside the trainers)")
-    exp.notes.append(f"vllm_device {device}: vLLM serves from one GPU of its own (vllm=server, vllm.gpus=1)")
-
-
-def _vllm_dtype(exp: Experiment, dtype) -> None:
-    """TRL <= 0.16's `vllm_dtype`: grpo_exp's vLLM serves in model.dtype, so the field carries over when it
-    says the same (or auto: the checkpoint's own)."""
-    said = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "half": "float16"}.get(str(dtype), dtype)
-    model = exp.values.get("model.dtype", ("auto",))[0]
-    if said in (None, "auto", model) or (model == "auto" and said == "bfloat16"):
-        exp.ignore("vllm_dtype", dtype, f"vLLM serves in model.dtype ({model}), as the recipe's vLLM did")
-    else:
-        exp.lack("vllm_dtype", f"{dtype!r}: grpo_exp's vLLM serves in model.dtype ({model}); set torch_dtype alike")
-
-
-def _evaluation(exp: Experiment, test_split) -> None:
-    """TRL's and open-r1's scripts evaluate on dataset[dataset_test_split] (default "test") when
-    eval_strategy is not "no": the held-out prompts are that split of the same dataset."""
-    strategy = exp.values.get("trainer.eval_strategy", ("no",))[0]
-    if strategy in ("no", None, False):
-        if test_split is not None:
-            exp.ignore("dataset_test_split", test_split, "read only when eval_strategy is not no")
-        return
-    if test_split is not None and not _is_text(test_split):
-        exp.lack("dataset_test_split", f"{test_split!r}: a split name")
-    elif test_split is not None:
-        exp.set("data.eval_split", test_split, "dataset_test_split")
-    else:
-        exp.set("data.eval_split", "test", "eval_strategy (TRL's scripts evaluate on dataset_test_split, default test)")
-
-
-def _quantization(exp: Experiment, q: dict) -> None:
-    """TRL's load_in_4bit / load_in_8bit (with bnb_4bit_quant_type, use_bnb_nested_quant) under use_peft: the
-    base weights quantized, LoRA adapters on top, which grpo_exp's peft=qlora is. Without adapters TRL would
-    try to train the quantized weights themselves: refused."""
-    if not q:
-        return
-    bits = 8 if q.get("load_in_8bit") is True else 4 if q.get("load_in_4bit") is True else None
-    if bits is None:
-        for name, value in q.items():
-            exp.ignore(name, value, "no 4- or 8-bit loading was asked for (load_in_4bit / load_in_8bit)")
-        return
-    source = "load_in_8bit" if bits == 8 else "load_in_4bit"
-    if exp.groups.get("peft") != "lora":
-        exp.lack(source, "quantized base weights cannot train: TRL needs use_peft: true beside it (peft=qlora)")
-        return
-    exp.choose("peft", "qlora", "use_peft")
-    exp.set("model.quantization.bits", bits, f"{source} (peft=qlora)")
-    for name, key in (("bnb_4bit_quant_type", "quant_type"), ("use_bnb_nested_quant", "double_quant")):
-        if name in q:
-            exp.set(f"model.quantization.{key}", q[name], name)

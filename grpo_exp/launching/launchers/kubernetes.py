@@ -17,7 +17,7 @@ def finalize(cfg: DictConfig, run_dir: Path | None) -> None:
 
 def check(cfg: DictConfig, plan: Plan, gpus: int, batch_known: bool) -> list[Problem]:
     problems = kubernetes_checks.check(cfg, plan) + preflight.check_data(cfg, plan, batch_known=batch_known)
-    return problems + (kubernetes_checks.check_cluster(cfg) if cfg.action == "run" else [])
+    return problems + (kubernetes_run.check_cluster(cfg) if cfg.action == "run" else [])
 
 
 def build(cfg: DictConfig, plan: Plan, memory: dict) -> tuple[list, list[Problem]]:
