@@ -134,3 +134,18 @@ def test_training_imports_nothing_from_launching():
         if name.startswith("grpo_exp.launching")
     ]
     assert not found, found
+
+
+def test_modules_and_functions_stay_readable_sizes():
+    """No module over 400 lines, no function over 60 (the generated trl_schema.py aside)."""
+    big, long = [], []
+    for module, path in modules().items():
+        if module.endswith("trl_schema"):
+            continue
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            big.append(f"{path.relative_to(REPO)}: {len(text.splitlines())}")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}")
+    assert not big and not long, (big, long)
