@@ -89,7 +89,10 @@ def run(job: Job) -> Ended:
     memory = _memory_plan(cfg, plan)
     memory["notes"] = job.notes + memory["notes"]
     if cfg.action == "run":
-        memory["notes"] += _card_warnings(cfg, cards)
+        warnings = placement.card_warnings(cfg.topology, cards)
+        for warning in warnings:
+            log.warning(warning)
+        memory["notes"] += warnings
     if cfg.action == "plan":
         memory["notes"] += preflight.unchecked_data(cfg)
     launcher = launchers.of(cfg)
@@ -151,26 +154,6 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placemen
     problems += plan_checks.check(cfg, plan)
     problems += launchers.of(cfg).check(cfg, plan, gpus, batch_known="data.num_samples" not in bad)
     return plan, problems
-
-
-def _card_warnings(cfg: DictConfig, cards: list) -> list[str]:
-    """action=run on a machine whose cards are not the topology's: the plan is of other cards (a warning, logged and
-    in plan.json's notes)."""
-    topology = cfg.topology
-    if not cards or topology.gpu_memory_gib is None:
-        return []
-    here = min(cards, key=lambda c: c.memory_gib)
-    named = topology.gpu_name or f"{topology.gpu_memory_gib} GiB"
-    if (topology.gpu_name and not gpus.same_card(topology.gpu_name, here.name)) or abs(
-        topology.gpu_memory_gib - here.memory_gib
-    ) > 0.05 * here.memory_gib:
-        warning = (
-            f"topology {topology.name} plans {named} ({topology.gpu_memory_gib} GiB) but this node has {here.name} "
-            f"({here.memory_gib:.2f} GiB): the plan is of other cards (topology.gpu_memory_gib=null plans this one)"
-        )
-        log.warning(warning)
-        return [warning]
-    return []
 
 
 def reused_run_dir(run_dir: Path) -> Problem | None:

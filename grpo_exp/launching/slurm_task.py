@@ -10,7 +10,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from grpo_exp.core import outcome, rundir
+from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.status import Status
 from grpo_exp.launching import launch, slurm_state, versions
 from grpo_exp.planning import placement
@@ -46,7 +46,10 @@ class NodeTask:
         started = time.time()
         if env.global_rank == 0:
             outcome.note(run_dir, started_at=started)  # the job's start, not its submission
-        plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus())
+        cards = gpus.detect()  # this node's: the plan is of them where the topology names none
+        for warning in placement.card_warnings(cfg.topology, cards):
+            log.warning("node %d: %s", env.global_rank, warning)
+        plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus(), cards=cards)
         node = plan.nodes[env.global_rank]
         log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
         # The driver checked its own machine; this node's packages are only known here.

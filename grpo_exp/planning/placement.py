@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.config import env
 from grpo_exp.config.model_info import tiny_model_path
+from grpo_exp.core import gpus
 from grpo_exp.planning import serve_argv
 
 WORKER = ["-m", "grpo_exp.training.worker"]
@@ -73,6 +74,22 @@ def card(topology, cards: list, device: str) -> tuple[str | None, float | None, 
         smallest = min(cards, key=lambda c: c.memory_gib)
         return smallest.name, smallest.memory_gib, "detected"
     return topology.gpu_name, ASSUMED_GPU_GIB, "assumed"
+
+
+def card_warnings(topology, cards: list) -> list[str]:
+    """The node that runs a plan holds other cards than its topology names (action=run; a SLURM job's every node): the
+    plan is of other cards. The lines to warn with, none when the cards agree or none is detected here."""
+    if not cards or topology.gpu_memory_gib is None:
+        return []
+    here = min(cards, key=lambda c: c.memory_gib)
+    named = topology.gpu_name or f"{topology.gpu_memory_gib} GiB"
+    other_name = topology.gpu_name and not gpus.same_card(topology.gpu_name, here.name)
+    if other_name or abs(topology.gpu_memory_gib - here.memory_gib) > 0.05 * here.memory_gib:
+        return [
+            f"topology {topology.name} plans {named} ({topology.gpu_memory_gib} GiB) but this node has {here.name} "
+            f"({here.memory_gib:.2f} GiB): the plan is of other cards (topology.gpu_memory_gib=null plans this one)"
+        ]
+    return []
 
 
 def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: tuple = ()) -> Plan:

@@ -63,14 +63,14 @@ def test_topology_local_plans_the_detected_card_and_names_it_first(monkeypatch, 
 
 
 def test_a_topology_naming_another_card_is_a_warning_at_run(monkeypatch):
-    from grpo_exp.launching import job
+    from grpo_exp.planning import placement
 
     fake_nvml(monkeypatch, [("NVIDIA H200", 139.8)])
     cfg = planned("model=qwen0.5b", "topology=1x1").cfg
-    warning = job._card_warnings(cfg, gpus.detect())
+    warning = placement.card_warnings(cfg.topology, gpus.detect())
     assert warning and "H100-80GB" in warning[0] and "NVIDIA H200" in warning[0]
     cfg.topology.gpu_name, cfg.topology.gpu_memory_gib = "H200", 139.8
-    assert job._card_warnings(cfg, gpus.detect()) == []
+    assert placement.card_warnings(cfg.topology, gpus.detect()) == []
 
 
 def test_no_card_and_no_size_is_planned_as_80_gib_with_a_note():
