@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from grpo_exp.core import rundir, vllm_log
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import RankRecord, Status, Summary
 
 
 class Mismatch(RuntimeError):
@@ -72,35 +72,35 @@ _RENDEZVOUS_TIMEOUT = re.compile(
 )
 
 
-def note(run_dir: Path, **facts) -> dict:
+def note(run_dir: Path, **facts) -> Summary:
     """summary.json gains facts of the run besides how it ended (a SLURM job id, the start time, the changes
     preflight.on_oom=fit made, a server's memory): every write of summary.json goes through this module."""
     return rundir.write_summary(run_dir, **facts)
 
 
-def record_resume(run_dir: Path, from_step: int) -> dict:
+def record_resume(run_dir: Path, from_step: int) -> Summary:
     """summary.json["resumes"] gains {from_step, time}: how often and from where a run continued."""
     resumes = rundir.read_summary(run_dir).get("resumes", [])
     return note(run_dir, resumes=[*resumes, {"from_step": from_step, "time": time.time()}])
 
 
-def refused(run_dir: Path, status: Status, **fields) -> dict:
+def refused(run_dir: Path, status: Status, **fields) -> Summary:
     """A run that ends before anything launches: invalid, predicted_oom (a planning trial: planned)."""
     return write_status(run_dir, status, **fields)
 
 
-def started(run_dir: Path, **fields) -> dict:
+def started(run_dir: Path, **fields) -> Summary:
     """The run is launched (or relaunched: a requeued SLURM job): running, no exit code yet."""
     return write_status(run_dir, Status.RUNNING, **fields)
 
 
-def launch_failed(run_dir: Path, error: str, **fields) -> dict:
+def launch_failed(run_dir: Path, error: str, **fields) -> Summary:
     """The launch itself ended the run without a rank's record: SLURM refused or lost the job, a serving node's vLLM
     server died."""
     return write_status(run_dir, Status.FAILED, error=error, **fields)
 
 
-def ended_on_node0(run_dir: Path, reported: dict) -> dict:
+def ended_on_node0(run_dir: Path, reported: RankRecord) -> Summary:
     """A dedicated serving node's end: the status node 0 reported for the run (its result is on node 0)."""
     status = reported.get("status", Status.FAILED)
     return write_status(
@@ -111,7 +111,7 @@ def ended_on_node0(run_dir: Path, reported: dict) -> dict:
     )
 
 
-def write_status(run_dir: Path, status: str, **fields) -> dict:
+def write_status(run_dir: Path, status: Status, **fields) -> Summary:
     """summary.json gains `status`, its exit code and `fields` (the driver's before and after launch).
     A running run has no exit code yet; an ended one gets its end time (ended_at, beside started_at)."""
     if status == Status.RUNNING:
@@ -136,7 +136,7 @@ def oom_details(exc: BaseException) -> dict | None:
     return None
 
 
-def classify(exc: BaseException, rank: int, phases=None) -> dict:
+def classify(exc: BaseException, rank: int, phases=None) -> RankRecord:
     """A rank's record for the exception that ended it: status oom (where, how much), mismatch,
     interrupted or failed."""
     record = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
@@ -152,19 +152,19 @@ def classify(exc: BaseException, rank: int, phases=None) -> dict:
     return {**record, "status": Status.OOM, "oom": {"phase": phase, "rank": rank, **oom, "snapshot": snapshot}}
 
 
-def read_records(run_dir: Path) -> list[dict]:
+def read_records(run_dir: Path) -> list[RankRecord]:
     folder = Path(run_dir) / rundir.RANKS
     return [json.loads(p.read_text()) for p in sorted(folder.glob("rank*.json"))] if folder.is_dir() else []
 
 
-def root_cause(records: list[dict]) -> dict | None:
+def root_cause(records: list[RankRecord]) -> RankRecord | None:
     """The record that explains the run (see _CAUSE_PRIORITY), or None without records."""
     if not records:
         return None
     return min(records, key=lambda r: (_CAUSE_PRIORITY.get(r["status"], 2), r.get("time", 0)))
 
 
-def explain(records: list[dict]) -> dict:
+def explain(records: list[RankRecord]) -> RankRecord:
     """The run's status as rank 0 can tell it before exiting (its W&B summary): the root cause's
     status and error over rank 0's own measurements."""
     own = next((r for r in records if r.get("rank") == 0), {})
@@ -187,7 +187,7 @@ def status_of(run_dir: Path, code: int) -> str:
     )
 
 
-def concluded(run_dir: Path, code: int, started: float) -> dict:
+def concluded(run_dir: Path, code: int, started: float) -> Summary:
     """The run's final summary once its processes are gone: a SLURM job's node-0 task concluded it
     already (its wall_s is the job's run time, not the queue's); otherwise conclude it now."""
     summary = rundir.read_summary(run_dir)
@@ -207,7 +207,7 @@ def _last_phase(run_dir: Path, rank: str) -> str:
     return path.read_text().strip() if path.exists() else "unknown (memory.telemetry=false)"
 
 
-def conclude(run_dir: Path, code: int, wall_s: float) -> dict:
+def conclude(run_dir: Path, code: int, wall_s: float) -> Summary:
     """Write this node's final summary.json from its ranks' records, the launcher's exit code and
     train.log; the driver calls this once, after every process of the node has exited."""
     log_text = _log_text(run_dir)

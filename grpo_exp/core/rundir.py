@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import PHASES
 from grpo_exp.core import metrics
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import RankRecord, Status
 
 CONFIG = "config.yaml"
 PLAN = "plan.json"
@@ -207,7 +207,7 @@ def read_summary(run_dir: Path) -> dict:
     return read_json(Path(run_dir) / SUMMARY)
 
 
-def write_rank_record(run_dir: Path, rank: int, record: dict) -> None:
+def write_rank_record(run_dir: Path, rank: int, record: RankRecord) -> None:
     """Each rank records its own end (outcome.py reads them): rank 0 may never hear of a peer's."""
     folder = Path(run_dir) / RANKS
     folder.mkdir(exist_ok=True)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_exp.core import metrics, rundir
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 
 
 @dataclass

@@ -25,7 +25,7 @@ from grpo_exp.config import checks as config_checks
 from grpo_exp.config import errors, keys, model_info, resume
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 from grpo_exp.launching import launch, launchers, ports, preflight
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import fixes, placement, plan_file, planner

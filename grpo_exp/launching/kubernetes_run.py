@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 from grpo_exp.launching import kubernetes, launch
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from grpo_exp.core import rundir
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 
 VMSTAT = Path("/proc/vmstat")
 # torchrun's failure report, one block per failed rank: "rank      : 1 (local_rank: 1)" then

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from grpo_exp.config import fingerprint
 from grpo_exp.core import outcome
 from grpo_exp.core.outcome import Mismatch
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 from grpo_exp.launching.vllm_server import bind_address
 
 log = logging.getLogger(__name__)

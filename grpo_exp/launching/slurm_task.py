@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from grpo_exp.core import gpus, outcome, rundir
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 from grpo_exp.launching import launch, slurm_state, versions
 from grpo_exp.planning import placement
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from grpo_exp import PHASES
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.metrics import BYTE_STATS, VLLM
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 
 # The stats a GPU run has; a CPU run logs host_rss_max only (core/metrics.py).
 GPU_STATS = tuple(s for s in BYTE_STATS if s != "host_rss_max")

@@ -10,7 +10,7 @@ from pathlib import Path
 from grpo_exp import GIB, PHASES
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.metrics import VLLM
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 
 
 def _measure(summary: dict) -> str:

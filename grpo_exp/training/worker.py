@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import visible_devices
 from grpo_exp.core import metrics, outcome, rundir
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 from grpo_exp.planning import plan_file
 from grpo_exp.training.preemption import Preemption
 

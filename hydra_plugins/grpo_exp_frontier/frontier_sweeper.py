@@ -25,7 +25,7 @@ from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.core import gpus, rundir
-from grpo_exp.core.status import Status
+from grpo_exp.core.records import Status
 from grpo_exp.launching import slurm
 from grpo_exp.planning import planner
 
