@@ -50,6 +50,8 @@ def main(config_path: str) -> int:
     preemption = Preemption()
     preemption.install()  # before torch loads (_prepare): a stop while it loads is still recorded
     cfg = rundir.load_config(config_path)
+    if cfg.vllm.mode == "colocate":  # importing trl (in _prepare) lowers vLLM's logging to ERROR unless it is set;
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")  # the engine's start-up lines carry its figures (vllm_log)
     run_dir = Path(config_path).resolve().parent
     if cfg.env.working_dir is not None:  # where the user's tools, environments and rewards open relative paths
         os.chdir(Path(cfg.env.working_dir).expanduser())
@@ -85,8 +87,6 @@ def _prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> _Ran
     from grpo_exp.training import build, callbacks, guards, phases, probes
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
-    if cfg.vllm.mode == "colocate":  # importing trl lowers vLLM's logging to ERROR unless it is set; the engine's
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")  # start-up INFO lines carry its figures (core/vllm_log.py)
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
     # rank that wins the build lock may be another.
     build.model_path(cfg)
