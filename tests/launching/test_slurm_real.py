@@ -12,7 +12,6 @@ import pytest
 
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import slurm
-from grpo_exp.training import build
 from tests.helpers import compose_cfg, kill_all
 
 
@@ -184,6 +183,10 @@ def test_a_job_that_failed_to_start_is_requeued_where_max_requeues_allows(tmp_pa
 
 def test_a_failing_run_brings_its_status_and_exit_code_back(cli, tmp_path, model_cache, monkeypatch):
     """A model that passes the driver's checks and fails in the worker while loading (as in test_e2e)."""
+    # imported here: build imports trl, which sets VLLM_LOGGING_LEVEL=ERROR in this process's environment when it is
+    # unset, and the vLLM lane collects this module (test_slurm_server.py): its drivers would inherit it
+    from grpo_exp.training import build
+
     monkeypatch.setenv("GRPO_EXP_CACHE", str(model_cache))
     broken = tmp_path / "broken_model"
     shutil.copytree(build.model_path(compose_cfg()), broken)
