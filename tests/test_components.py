@@ -8,7 +8,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp import trackers
+from grpo_exp.config import trackers
 from grpo_exp.launching import launchers
 from tests.helpers import CONF, compose_cfg, problems
 
@@ -56,7 +56,7 @@ def new_tracker(tmp_path, monkeypatch):
     (tmp_path / "conf" / "logger").mkdir(parents=True)
     (tmp_path / "conf" / "logger" / "jsonl_demo.yaml").write_text("name: jsonl_demo\n")
     yield f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
-    sys.modules.pop("grpo_exp.trackers.jsonl_demo", None)
+    sys.modules.pop("grpo_exp.config.trackers.jsonl_demo", None)
 
 
 def test_a_new_tracker_is_one_module_and_one_yaml(new_tracker, tmp_path):
@@ -68,7 +68,7 @@ def test_a_new_tracker_is_one_module_and_one_yaml(new_tracker, tmp_path):
     started = trackers.start(cfg, tmp_path / "run")
     started.ready()
     started.finish({"status": "completed"}, 0)
-    assert sys.modules["grpo_exp.trackers.jsonl_demo"].FINISHED == [("completed", 0)]
+    assert sys.modules["grpo_exp.config.trackers.jsonl_demo"].FINISHED == [("completed", 0)]
 
 
 def test_a_name_no_tracker_module_has_is_refused():

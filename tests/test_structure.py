@@ -13,7 +13,6 @@ STAGES = {
     "core": 0,
     "config": 1,
     "data": 1,  # loader components: the config's checks and the training processes read them
-    "trackers": 1,  # tracker components: the config's checks list them, the training processes run them
     "planning": 2,
     "launching": 3,
     "training": 4,

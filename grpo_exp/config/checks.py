@@ -13,8 +13,8 @@ import dataclasses
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, trackers
-from grpo_exp.config import deepspeed_check, env, model_info, rules
+from grpo_exp import Problem
+from grpo_exp.config import deepspeed_check, env, model_info, rules, trackers
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.rewards import check_rewards
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES

@@ -321,7 +321,7 @@ class FsdpConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = MISSING  # a tracker: a module of grpo_exp/trackers/ (conf/logger/ lists them), or none
+    name: str = MISSING  # a tracker: a module of grpo_exp/config/trackers/ (conf/logger/ lists them), or none
     also: List[str] = field(default_factory=list)  # more trackers at once: logger=wandb logger.also=[tensorboard]
     project: str = "grpo_exp"  # the tracker's project (W&B's, trackio's, ...)
     entity: Optional[str] = None

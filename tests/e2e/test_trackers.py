@@ -122,7 +122,7 @@ def test_swanlabs_offline_store_holds_the_run_every_step_and_the_summary(swanlab
     from omegaconf import OmegaConf
     from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
 
-    from grpo_exp.trackers import common as tracking
+    from grpo_exp.config.trackers import common as tracking
     from tests.helpers import SECRETS
 
     run_dir = swanlab_run
