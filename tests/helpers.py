@@ -9,7 +9,9 @@ plan in-process, and the real CLI in a subprocess (only where the command line i
 """
 
 import copy
+import functools
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -179,6 +181,21 @@ if not probes.MemoryProbe().host_peak_resettable:
 
         pytest.skip("this kernel/sandbox does not allow resetting VmHWM")
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+@functools.cache
+def slurm_problem() -> str | None:
+    """Why no real SLURM cluster answers here, or None: asked when a test runs, once per process (sinfo waits
+    ~9 s for a controller that is not there)."""
+    if shutil.which("sbatch") is None:
+        return "no sbatch on PATH (sudo bash scripts/slurm_local.sh sets up a two-node cluster)"
+    try:
+        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20).stdout.split()
+    except (subprocess.SubprocessError, OSError) as exc:
+        return f"sinfo failed: {exc}"
+    if not any(s.rstrip("*") in ("idle", "mixed", "allocated") for s in states):
+        return f"no SLURM node is up (sinfo: {states or 'nothing'}); sudo bash scripts/slurm_local.sh starts them"
+    return None
 
 
 def driver_env(model_cache: Path, **extra: str) -> dict[str, str]:

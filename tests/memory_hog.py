@@ -37,12 +37,30 @@ def stuck(completions, seconds: float = 600.0, only_rank: int | None = None, **k
     return [0.0] * len(completions)
 
 
-def paced(completions, seconds: float = 0.4, **kwargs) -> list[float]:
+def paced(completions, seconds: float = 0.4, only_rank: int | None = None, **kwargs) -> list[float]:
     """Takes `seconds` per reward call (one per step here): bounds the step rate whatever the CPU, so a
-    test can know how many steps fit in a time window."""
+    test can know how many steps fit in a time window. `only_rank`: that global rank only (the others then wait
+    for it in the collective that gathers the rewards)."""
+    import os
     import time
 
-    time.sleep(seconds)
+    if only_rank is None or int(os.environ.get("RANK", "0")) == only_rank:
+        time.sleep(seconds)
+    return [0.0] * len(completions)
+
+
+_calls = 0
+
+
+def fail_on_rank(completions, rank: int = 1, at_call: int = 4, **kwargs) -> list[float]:
+    """Raises on global rank `rank` at its `at_call`-th call (one per step here), as a user's reward with a bug the
+    data reaches late; every other rank rewards 0."""
+    import os
+
+    global _calls
+    _calls += 1
+    if int(os.environ.get("RANK", "0")) == rank and _calls >= at_call:
+        raise RuntimeError(f"reward failed on purpose on rank {rank} at call {_calls}")
     return [0.0] * len(completions)
 
 

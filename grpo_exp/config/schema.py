@@ -281,6 +281,10 @@ class WatchdogConfig:
     # No step finished for this long: dump every rank's Python stacks into <run dir>/stacks and
     # fail the run (status stalled) instead of hanging until a scheduler kills it. null = off.
     stall_s: Optional[float] = 1800.0
+    # Multi-node: every rank beats through the rendezvous store; a node unheard of for this long (its link cut, its
+    # machine gone) is lost: every reachable rank's stacks, status node_lost, instead of a collective that waits out
+    # gloo's or NCCL's 30-minute timeout. A rank that fails ends the other nodes' ranks within a beat. null = off.
+    heartbeat_s: Optional[float] = 60.0
 
 
 @dataclass

@@ -138,6 +138,7 @@ RANGES = {
     "peft.lora_dropout": _within(0, 1, high_open=True),
     "memory.limit_gib": _above(0),
     "watchdog.stall_s": _above(0),
+    "watchdog.heartbeat_s": _above(0),
     "preemption.grace_s": _at_least(0),
     "launcher.slurm.time_min": _at_least(1),
     "launcher.slurm.cpus_per_task": _at_least(1, 4096),

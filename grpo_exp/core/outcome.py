@@ -33,7 +33,7 @@ EXIT_FAILED = 1  # unexpected failure
 EXIT_INVALID = 2  # the config is wrong; nothing was launched
 EXIT_PREDICTED_OOM = 3  # preflight predicts an OOM; nothing was launched (preflight.on_oom=warn runs anyway)
 EXIT_OOM = 4  # a rank ran out of memory (CUDA or host); summary.json["oom"] says where
-EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined, or training stalled
+EXIT_HANG_PREVENTED = 5  # nodes disagree (mismatch), a node never joined or went silent, or training stalled
 EXIT_PREEMPTED = 75  # stopped by SIGTERM/SIGUSR1/SIGUSR2 after saving a checkpoint (EX_TEMPFAIL: run it again)
 EXIT_INTERRUPTED = 130
 EXIT_CODES = {
@@ -46,6 +46,7 @@ EXIT_CODES = {
     Status.MISMATCH: EXIT_HANG_PREVENTED,
     Status.RENDEZVOUS_TIMEOUT: EXIT_HANG_PREVENTED,
     Status.STALLED: EXIT_HANG_PREVENTED,
+    Status.NODE_LOST: EXIT_HANG_PREVENTED,
     Status.INTERRUPTED: EXIT_INTERRUPTED,
     Status.PREEMPTED: EXIT_PREEMPTED,
 }
@@ -140,6 +141,8 @@ def classify(exc: BaseException, rank: int, phases=None) -> RankRecord:
     """A rank's record for the exception that ended it: status oom (where, how much), mismatch,
     interrupted or failed."""
     record = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
+    if phases is not None and phases.failed_phase:
+        record["phase"] = phases.failed_phase
     if isinstance(exc, KeyboardInterrupt):
         return {**record, "status": Status.INTERRUPTED, "error": None}
     if isinstance(exc, Mismatch):
@@ -164,16 +167,27 @@ def root_cause(records: list[RankRecord]) -> RankRecord | None:
     return min(records, key=lambda r: (_CAUSE_PRIORITY.get(r["status"], 2), r.get("time", 0)))
 
 
+_NOT_FAILURES = (Status.COMPLETED, Status.PREEMPTED, Status.INTERRUPTED)
+
+
+def _where(record: RankRecord) -> dict:
+    """Where a rank's end happened: its rank, node, host and phase, as far as its record says."""
+    return {k: record[k] for k in ("rank", "node", "host", "phase") if record.get(k) is not None}
+
+
 def explain(records: list[RankRecord]) -> RankRecord:
     """The run's status as rank 0 can tell it before exiting (its W&B summary): the root cause's
     status and error over rank 0's own measurements."""
     own = next((r for r in records if r.get("rank") == 0), {})
     cause = root_cause(records) or own
+    own = {k: v for k, v in own.items() if k not in ("node", "host", "phase")}  # the cause's are `failed_at`
     return {
         **own,
         "status": cause.get("status", Status.FAILED),
         "error": cause.get("error"),
         **({"oom": cause["oom"]} if "oom" in cause else {}),
+        **({"lost": cause["lost"]} if "lost" in cause else {}),
+        **({"failed_at": _where(cause)} if cause.get("status", Status.FAILED) not in _NOT_FAILURES else {}),
     }
 
 
@@ -207,6 +221,14 @@ def _last_phase(run_dir: Path, rank: str) -> str:
     return path.read_text().strip() if path.exists() else "unknown (memory.telemetry=false)"
 
 
+def _silent_ranks(run_dir: Path, records: list[RankRecord]) -> list[dict]:
+    """Ranks that ran (their phase file is there) and left no record of their end, with the phase they were last in."""
+    recorded = {r.get("rank") for r in records}
+    folder = Path(run_dir) / rundir.RANKS
+    ran = sorted(int(p.stem.removeprefix("rank")) for p in folder.glob("rank*.phase"))
+    return [{"rank": r, "phase": _last_phase(run_dir, f"rank{r}")} for r in ran if r not in recorded]
+
+
 def conclude(run_dir: Path, code: int, wall_s: float) -> Summary:
     """Write this node's final summary.json from its ranks' records, the launcher's exit code and
     train.log; the driver calls this once, after every process of the node has exited."""
@@ -226,6 +248,13 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> Summary:
         ended.pop("time", None)
         if killed and ended["status"] == Status.FAILED:  # the survivors saw only the broken connection
             ended["error"] = f"{ended.get('error')}.{killed}"
+        if ended["status"] not in _NOT_FAILURES and (silent := _silent_ranks(run_dir, records)):
+            ended["silent_ranks"] = silent  # killed with their machine, or cut off: what they were doing
+            ended["error"] = (
+                f"{ended.get('error')}. No record from "
+                + ", ".join(f"rank {r['rank']} (last in phase {r['phase']})" for r in silent)
+                + ": killed, or its node lost"
+            )
         return write_status(run_dir, ended.pop("status"), **ended, wall_s=wall_s)
     if code == EXIT_OK:  # a node without rank 0: the run's summary lives on node 0
         return write_status(run_dir, Status.COMPLETED, wall_s=wall_s, note="rank 0's node holds the run's metrics")

@@ -21,6 +21,7 @@ class Status(str, Enum):
     MISMATCH = "mismatch"
     RENDEZVOUS_TIMEOUT = "rendezvous_timeout"
     STALLED = "stalled"
+    NODE_LOST = "node_lost"  # another node went silent mid-run (its link or itself): training/heartbeat.py
     INTERRUPTED = "interrupted"
     PREEMPTED = "preempted"
 
@@ -50,6 +51,10 @@ class RankRecord(TypedDict, total=False):
     error: str | None
     time: float
     oom: OomRecord
+    lost: dict  # node_lost: {node, host, rank, lost_node, phase}: which node lost whom, in which phase
+    phase: str | None  # the phase the rank failed in (training/phases.py), where it knows
+    node: int  # the rank's node (torchrun's GROUP_RANK) and host name
+    host: str
     global_step: int
     train_runtime_s: float | None
     runtime: dict  # what the run really was (world size, backend, wrapper, ZeRO stage, parameters)
@@ -71,3 +76,5 @@ class Summary(RankRecord, total=False):
     resumes: list[dict]  # {from_step, time} per continuation
     preflight_fit: list[dict]  # {key, old, new}: what preflight.on_oom=fit changed
     suggestions: list[dict]  # a predicted OOM's ranked fixes
+    failed_at: dict  # the root cause's {rank, node, host, phase}, where a rank failed
+    silent_ranks: list[dict]  # {rank, phase}: ranks of a failed run that left no record (killed, their node lost)

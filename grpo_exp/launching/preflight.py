@@ -16,7 +16,7 @@ from grpo_exp.config.rewards import reward_columns
 from grpo_exp.core import packages
 from grpo_exp.data import checks as data_checks
 from grpo_exp.data import files as data_files
-from grpo_exp.launching import ports, slurm, versions
+from grpo_exp.launching import ports, reachability, slurm, versions
 from grpo_exp.planning.checks import generation_batch_size
 
 
@@ -44,7 +44,10 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
                 "the job's hosts)",
             )
         )
-    return problems + ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
+    problems += ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
+    if cfg.launcher.name == "local":  # a SLURM job's nodes check their own reach, inside the job (slurm_task.py)
+        problems += reachability.check(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
+    return problems
 
 
 def _vllm_installed(cfg: DictConfig, gpus: int) -> list[Problem]:

@@ -281,9 +281,36 @@ def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted,
 
 
 def _exit_code(submitted: Submitted) -> int:
+    """The run's exit code: node 0's task concluded the run from every rank's record, so its result is the run's (a
+    task of another node may never write one: its processes killed with the machine). The other nodes' tasks still
+    running OTHER_NODES_GRACE_S later are cancelled: no node outlives the run it belonged to."""
+    job = submitted.job
+    first = job.task(0) if job.num_tasks > 1 else job
     try:
-        codes = submitted.job.results()  # one per task (node)
+        code = first.result()
     except Exception as exc:  # submitit raises when a task failed or the job was cancelled
-        log.error("job %s failed: %s", submitted.job.job_id, str(exc).splitlines()[0] if str(exc) else exc)
-        return outcome.EXIT_FAILED
-    return max(codes, key=lambda c: c != 0)
+        log.error("job %s failed: %s", job.job_id, str(exc).splitlines()[0] if str(exc) else exc)
+        code = outcome.EXIT_FAILED
+    if job.num_tasks > 1 and type(job).__name__ == "SlurmJob":
+        _end_other_nodes(job)
+    return code
+
+
+OTHER_NODES_GRACE_S = 30.0  # a completed run's other nodes write their results within a second or two
+
+
+def _end_other_nodes(job) -> None:
+    deadline = time.time() + OTHER_NODES_GRACE_S
+    waiting = list(range(1, job.num_tasks))
+    while waiting and time.time() < deadline:
+        state = job_state(str(job.job_id))
+        if state is None or state.ended:
+            return
+        waiting = [t for t in waiting if not job.task(t).paths.result_pickle.exists()]
+        time.sleep(0.5)
+    if waiting:
+        log.warning(
+            "node(s) %s of job %s still ran %.0f s after node 0 concluded the run: cancelled",
+            ", ".join(map(str, waiting)), job.job_id, OTHER_NODES_GRACE_S,
+        )  # fmt: skip
+        ask("scancel", str(job.job_id))

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.records import Status
-from grpo_exp.launching import launch, slurm_state, versions
+from grpo_exp.launching import launch, reachability, slurm_state, versions
 from grpo_exp.planning import placement
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,17 @@ class NodeTask:
         plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus(), cards=cards)
         node = plan.nodes[env.global_rank]
         log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
-        # The driver checked its own machine; this node's packages are only known here.
+        # the job's log (slurm/<job>_<node>_log.out) says where this node is and where it meets the others
+        topo = cfg.topology
+        print(f"node {env.global_rank}: host {env.hostnames[env.global_rank]}, rendezvous at {topo.master_addr}:"
+              f"{topo.master_port}", flush=True)  # fmt: skip
+        # The driver checked its own machine; this node's packages and its reach of the other nodes are only known here.
         refused = versions.check(cfg, serves=bool(node.vllm_gpus), trains=node.train_procs > 0)
+        refused += reachability.check(cfg, env.global_rank, plan.vllm.get("server_node"))
         if refused:
-            error = f"node {env.global_rank} ({env.hostnames[env.global_rank]}): " + "; ".join(p.why for p in refused)
+            error = f"node {env.global_rank} ({env.hostnames[env.global_rank]}): " + "; ".join(
+                f"{p.key}: {p.why} ({p.fix})" for p in refused
+            )
             rundir.write_rank_record(run_dir, env.global_rank, {"status": Status.INVALID, "error": error})
             code = outcome.EXIT_INVALID
         else:
@@ -63,9 +70,24 @@ class NodeTask:
         if env.global_rank != 0:
             return code
         summary = outcome.conclude(run_dir, code, time.time() - started)
+        if summary["status"] != Status.COMPLETED and "SLURM_JOB_ID" in os.environ:
+            _requeued_by_slurm(env.job_id, restarts, summary)
         if summary["status"] == Status.PREEMPTED and "SLURM_JOB_ID" in os.environ:
             _requeue(cfg, env.job_id, run_dir, restarts, summary.get("global_step"))
         return summary["exit_code"]
+
+
+def _requeued_by_slurm(job_id: str, restarts: int, summary: dict) -> None:
+    """SLURM requeued the job itself (one of its nodes failed or was taken down; JobRequeue): whatever this attempt
+    ended as (preempted where the ranks were stopped, failed where a peer's processes were killed first), the next
+    attempt resumes from the last checkpoint, and the driver waits for it: no result from this one."""
+    state = slurm_state.job_state(job_id)
+    if state is not None and state.restarts is not None and state.restarts > restarts:
+        log.warning(
+            "%s at step %s: SLURM requeued job %s (attempt %d); it resumes from its last checkpoint",
+            summary["status"], summary.get("global_step"), job_id, state.restarts + 1,
+        )  # fmt: skip
+        raise SystemExit(outcome.EXIT_PREEMPTED)
 
 
 def _requeue(cfg, job_id: str, run_dir: Path, restarts: int, step) -> None:

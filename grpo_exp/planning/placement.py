@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp.config import env
 from grpo_exp.config.model_info import tiny_model_path
 from grpo_exp.core import gpus
-from grpo_exp.planning import serve_argv
+from grpo_exp.planning import network, serve_argv
 
 WORKER = ["-m", "grpo_exp.training.worker"]
 
@@ -50,6 +50,7 @@ class Plan:
     gpu_name: str | None = None
     gpu_memory_gib: float | None = None
     card_source: str | None = None  # topology | detected | assumed
+    network: list[dict] = field(default_factory=list)  # the connections between nodes (planning/network.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -125,6 +126,7 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: tupl
         if serves:
             node.commands["vllm"] = serve_command(cfg, max(1, len(node.vllm_gpus)), device)
     gpu_name, gpu_memory_gib, card_source = card(topo, list(cards), device)
+    sync = weight_sync(vllm, device) if server else None
     return Plan(
         world_size=world_size,
         device=device,
@@ -139,8 +141,9 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: tupl
             "nodes": dedicated,
             "gpus": reserved,
             "tensor_parallel_size": vllm.tensor_parallel_size,
-            "weight_sync": weight_sync(vllm, device) if server else None,
+            "weight_sync": sync,
         },
+        network=network.needs(cfg, topo.nnodes - dedicated, serving_node, sync),
     )
 
 
@@ -303,7 +306,7 @@ def describe(plan: Plan) -> str:
             )
         else:
             lines += [line for n in rest for line in _node_lines(n)]
-    return "\n".join(lines)
+    return "\n".join(lines + network.describe(plan.network))
 
 
 def _node_lines(n: NodePlan) -> list[str]:

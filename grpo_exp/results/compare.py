@@ -30,6 +30,7 @@ FAILED_STATUSES = {
     "invalid": "invalid",
     "mismatch": "mismatch",
     "stalled": "stalled",
+    "node_lost": "node lost",
     "interrupted": "interrupted",
 }
 

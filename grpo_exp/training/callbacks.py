@@ -25,12 +25,14 @@ class RunDirCallback(TrainerCallback):
         self.watchdog = watchdog
         self.first_logs: dict = {}
         self.last_logs: dict = {}
+        self.step = 0  # the last finished step: what a run that ends early kept
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.watchdog.arm()
 
     def on_step_end(self, args, state, control, **kwargs):
         self.watchdog.arm()
+        self.step = state.global_step
 
     def on_train_end(self, args, state, control, **kwargs):
         self.watchdog.disarm()

@@ -20,14 +20,17 @@ from grpo_exp.core import rundir
 from grpo_exp.core.outcome import Mismatch
 
 
-def check_across_ranks(cfg: DictConfig) -> None:
+def check_across_ranks(cfg: DictConfig) -> list[str]:
     """Exchange fingerprints over the (already initialized) process group; raise Mismatch on every
     rank if they differ. procs_per_node may differ by design (7+8), so it is compared only in
-    symmetric topologies."""
+    symmetric topologies. Each rank's host name, by rank (the run's facts: which machines ran it)."""
+    import socket
+
     import torch.distributed as dist
 
-    prints: list = [None] * dist.get_world_size()
-    dist.all_gather_object(prints, fingerprint(cfg))
+    gathered: list = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (fingerprint(cfg), socket.gethostname()))
+    prints, hosts = [p for p, _ in gathered], [h for _, h in gathered]
     if not cfg.topology.symmetric and cfg.vllm.mode == "server":
         for p in prints:
             p["facts"].pop("procs_per_node")
@@ -36,6 +39,7 @@ def check_across_ranks(cfg: DictConfig) -> None:
         raise Mismatch(
             "nodes of this run disagree; fix the launch so every node runs the same config:\n  " + "\n  ".join(problems)
         )
+    return hosts
 
 
 def placement_problems(visible: list[str] | None, vllm_gpus: str | None, n_gpu: int) -> list[str]:

@@ -10,6 +10,7 @@ over ranks, with its mean, min and argmax rank (core/metrics.py names them), and
 GiB = 2**30 bytes.
 """
 
+import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -19,6 +20,8 @@ from grpo_exp.core import metrics
 from grpo_exp.core.metrics import BYTE_STATS, COUNT_STATS, NODE_RSS, VLLM
 from grpo_exp.training.probes import MemoryProbe, VllmServerProbe
 
+PHASE_WIDTH = 16  # the phase file's fixed width: every phase name fits (readers strip the padding)
+
 
 class PhaseMemory:
     """Per-phase peaks of this process for the current logging window, and the whole run's."""
@@ -27,6 +30,8 @@ class PhaseMemory:
         self.probe = probe
         self.vllm_probe = vllm_probe
         self.phase_file = phase_file  # a Path kept holding the phase last entered, or None
+        self._phase_fd: int | None = None
+        self._said: str | None = None
         self.stack: list[str] = []
         self.window: dict[str, dict[str, float]] = defaultdict(dict)
         self.failed_phase: str | None = None
@@ -50,12 +55,24 @@ class PhaseMemory:
         self._close_segment()
         self.stack.append(name)
         if self.phase_file is not None:  # what a rank the OOM killer takes was doing (launching/oom_killer.py)
-            self.phase_file.write_text(name)
+            self._say(name)
+
+    def _say(self, name: str) -> None:
+        """The phase file holds `name`: one fixed-width write at its start, so a rank killed mid-write (SIGKILL, the
+        OOM killer) leaves a whole name behind, never the empty file a truncate-then-write can."""
+        if name == self._said:
+            return
+        if self._phase_fd is None:
+            self._phase_fd = os.open(self.phase_file, os.O_WRONLY | os.O_CREAT, 0o644)
+        os.pwrite(self._phase_fd, name.ljust(PHASE_WIDTH).encode(), 0)
+        self._said = name
 
     def exit(self, name: str) -> None:
         self._close_segment()
         if self.stack and self.stack[-1] == name:
             self.stack.pop()
+        if self.stack and self.phase_file is not None:  # back in the phase around it (generation inside train)
+            self._say(self.stack[-1])
 
     @contextmanager
     def phase(self, name: str):

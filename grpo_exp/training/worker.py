@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from grpo_exp.config.trackers import Trackers
     from grpo_exp.training.callbacks import RunDirCallback
     from grpo_exp.training.guards import StallWatchdog
+    from grpo_exp.training.heartbeat import Heartbeat
     from grpo_exp.training.phases import PhaseMemory
     from grpo_exp.training.probes import ModelStateMeter
 
@@ -73,6 +76,8 @@ class _Rank:
     checkpoint: tuple[Path, int] | None = None  # (its directory, its step) when the run resumes
     tracker: Trackers | None = None
     watchdog: StallWatchdog | None = None
+    heartbeat: Heartbeat | None = None  # multi-node runs: the other nodes are heard from (training/heartbeat.py)
+    hosts: list[str] = field(default_factory=lambda: [socket.gethostname()])  # each rank's machine, by rank
     callback: RunDirCallback | None = None
     phases: PhaseMemory | None = None  # None with memory.telemetry=false
     meter: ModelStateMeter | None = None
@@ -118,13 +123,11 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
     """Join the process group, check the nodes agree, build, train: this rank's record of the end."""
     import torch
 
-    from grpo_exp.training import build, callbacks, guards, probes  # loaded by _prepare already
+    from grpo_exp.training import build, callbacks, probes  # loaded by _prepare already
 
     cfg = state.cfg
     try:
-        _init_distributed(cfg, state.world_size, use_cpu=not torch.cuda.is_available())
-        if state.world_size > 1:
-            guards.check_across_ranks(cfg)  # before the model loads: fail fast, not hang
+        _join(state, use_cpu=not torch.cuda.is_available())
         trainer = build.trainer(
             cfg,
             state.run_dir,
@@ -139,13 +142,15 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
             state.meter = probes.ModelStateMeter(trainer.model)
             state.meter.install()
         result = trainer.train(resume_from_checkpoint=str(state.checkpoint[0]) if state.checkpoint else None)
+        if state.heartbeat is not None:  # every rank is past the last collective: each finishes at its own pace now
+            state.heartbeat.close()
         ended = {
             "status": Status.COMPLETED,
             "time": time.time(),
             "error": None,
             "global_step": result.global_step,
             "train_runtime_s": result.metrics.get("train_runtime"),
-            "runtime": _run_facts(trainer),
+            "runtime": {**_run_facts(trainer), "hosts": state.hosts},
         }
         if preemption.signal_name is not None:
             saved = rundir.latest_checkpoint(state.run_dir)
@@ -175,7 +180,12 @@ def _record(state: _Rank, ended: dict) -> None:
     complete), and rank 0's W&B run finished with the status as far as it can tell."""
     from grpo_exp.training import phases  # loaded by _prepare already
 
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
+    if threading.current_thread() is threading.main_thread():  # (the heartbeat's watcher records a lost node)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
+    if state.heartbeat is not None:
+        if ended["status"] not in (Status.COMPLETED, Status.PREEMPTED, Status.INTERRUPTED, Status.NODE_LOST):
+            state.heartbeat.post_failure(ended.get("error"))  # the other nodes' ranks stop now, naming this one
+        state.heartbeat.close()
     state.watchdog.close()
     if state.rank == 0:  # rank 0's record carries the run's measurements, however training ended
         measured = state.meter.metrics() if state.meter is not None else {}
@@ -192,15 +202,43 @@ def _record(state: _Rank, ended: dict) -> None:
             **measured,
             **_planned(state.run_dir, measured),
             final_metrics=state.callback.last_logs,
+            # a run that ended early: the last step it finished (a resumed one's checkpoint before its first)
+            global_step=ended.get("global_step") or state.callback.step or (state.checkpoint or (None, 0))[1],
             first_metrics=previous.get("first_metrics") or state.callback.first_logs,
             worker_wall_s=round(time.time() - state.started, 3),
         )
     if state.rank == 0 or ended["status"] != Status.COMPLETED:
-        rundir.write_rank_record(state.run_dir, state.rank, ended)
+        node = {"node": int(os.environ.get("GROUP_RANK", "0")), "host": socket.gethostname()}
+        rundir.write_rank_record(state.run_dir, state.rank, {**node, **ended})
     # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
     if state.rank == 0:
         explained = outcome.explain(outcome.read_records(state.run_dir))
         state.tracker.finish({**previous, **explained}, outcome.EXIT_CODES[explained["status"]])
+
+
+def _join(state: _Rank, use_cpu: bool) -> None:
+    """Join the process group, check every rank runs the same thing (before the model loads: fail fast, not hang),
+    and on several nodes start hearing from the others."""
+    from grpo_exp.training import guards, heartbeat  # guards loaded by _prepare already; heartbeat is light
+
+    _init_distributed(state.cfg, state.world_size, use_cpu)
+    if state.world_size > 1:
+        state.hosts = guards.check_across_ranks(state.cfg)
+    beat_s = state.cfg.watchdog.heartbeat_s
+    if int(os.environ.get("GROUP_WORLD_SIZE", "1")) > 1 and beat_s:  # torchrun's node count
+        state.heartbeat = heartbeat.Heartbeat(
+            state.run_dir, state.rank, state.world_size, beat_s, lambda end: _lost(state, end)
+        )
+
+
+def _lost(state: _Rank, ended: dict) -> None:
+    """The heartbeat's end of a rank (another node lost, or failed): recorded as any end is, then the process ends
+    from the heartbeat's thread: the main thread may be blocked in a collective that will never return."""
+    try:
+        _record(state, ended)
+    finally:
+        logging.shutdown()
+        os._exit(outcome.EXIT_CODES[ended["status"]])
 
 
 # What the steps use.

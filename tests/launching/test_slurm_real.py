@@ -1,8 +1,7 @@
-"""launcher=slurm on a real SLURM cluster: the one-node cluster scripts/slurm_local.sh sets up
-(.ci/run runs it where it can). Skipped, with the reason, where no cluster answers."""
+"""launcher=slurm on a real SLURM cluster: the two-node cluster scripts/slurm_local.sh sets up (.ci/run runs it where
+it can); the single-node jobs here land on either node. Skipped, with the reason, where no cluster answers."""
 
 import contextlib
-import functools
 import shutil
 import signal
 import subprocess
@@ -12,32 +11,16 @@ import pytest
 
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import slurm
-from tests.helpers import compose_cfg, kill_all
-
-
-def _cluster_problem() -> str | None:
-    if shutil.which("sbatch") is None:
-        return "no sbatch on PATH (sudo bash scripts/slurm_local.sh sets up a one-node cluster)"
-    try:
-        states = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20).stdout.split()
-    except (subprocess.SubprocessError, OSError) as exc:
-        return f"sinfo failed: {exc}"
-    if not any(s.rstrip("*") in ("idle", "mixed", "allocated") for s in states):
-        return f"no SLURM node is up (sinfo: {states or 'nothing'}); sudo bash scripts/slurm_local.sh starts one"
-    return None
-
-
-first_answer = functools.cache(_cluster_problem)  # asked when a test runs, not at collection (sinfo waits ~9 s
-# for a controller that is not there, in every process that collects this module)
+from tests.helpers import compose_cfg, kill_all, slurm_problem
 
 
 @pytest.fixture
 def needs_cluster():
-    if (problem := first_answer()) is not None:
+    if (problem := slurm_problem()) is not None:
         pytest.skip(f"real SLURM: {problem}")
 
 
-# One node, 2 CPUs: its tests run one after another on one xdist worker (make test: --dist loadgroup).
+# Two nodes on 2 CPUs: its tests run one after another on one xdist worker (make test: --dist loadgroup).
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("needs_cluster"), pytest.mark.xdist_group("slurm")]
 SLURM = [
     "launcher=slurm",
@@ -81,15 +64,18 @@ def _release_held(job_id: str) -> None:
 
 
 @contextlib.contextmanager
-def _node_down():
-    """This cluster's one node marked down by an admin, and back up after."""
-    host = subprocess.run(["hostname", "-s"], capture_output=True, text=True).stdout.strip()
-    subprocess.run(["scontrol", "update", f"NodeName={host}", "State=DOWN", "Reason=grpo_exp_test"], check=True)
+def _node_down(node: str):
+    """A node of this cluster marked down by an admin, and back up after."""
+    subprocess.run(["scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=grpo_exp_test"], check=True)
     try:
         yield
     finally:
-        subprocess.run(["scontrol", "update", f"NodeName={host}", "State=RESUME"], capture_output=True)
-        _until(lambda: _cluster_problem() is None, 60, "the node to come back")
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], capture_output=True)
+        _until(lambda: _node_state(node) in ("idle", "mixed", "allocated"), 60, "the node to come back")
+
+
+def _node_state(node: str) -> str:
+    return subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -139,7 +125,7 @@ def test_a_job_that_vanished_ends_the_wait_with_slurms_state_and_reason(tmp_path
     elif way == "node failure":  # its node marked down under it (no requeue asked: SLURM does not requeue it)
         job_id = _sbatch("--no-requeue", "--wrap", "sleep 120")
         _until(lambda: _squeue(job_id) == "RUNNING", 60, "the job to run")
-        with _node_down():
+        with _node_down(_squeue(job_id, "%N")):
             _until(lambda: slurm.job_state(job_id).state == "NODE_FAIL", 30, "NODE_FAIL")
         expected = ("NODE_FAIL", "NodeDown")
     else:  # a job slurmctld forgot (MinJobAge) on a cluster without accounting

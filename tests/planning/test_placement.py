@@ -149,7 +149,10 @@ def test_a_large_cluster_is_summarised_on_the_console_and_listed_in_full_in_the_
     plan = placement.make_plan(cfg, "/run/config.yaml", detected_gpus=0)
     assert len(plan.nodes) == 512 and plan.nodes[511].commands["train"] != plan.nodes[510].commands["train"]
     shown = placement.describe(plan).splitlines()
-    assert len(shown) == 7 and shown[-1] == "  nodes 2..511: the same as node 1, each with its own --node-rank"
+    nodes, network = shown[:7], shown[7:]  # the connections between nodes follow the nodes (planning/network.py)
+    assert nodes[-1] == "  nodes 2..511: the same as node 1, each with its own --node-rank"
+    assert network[0] == "  network (open these between nodes):" and len(network) == 3
+    assert "nodes 1..511 -> node 0: torchrun's rendezvous and store (heartbeats) (127.0.0.1:29500)" in network[1]
     assert "node 0: 7 training process(es) on GPUs 1,2,3,4,5,6,7, vLLM server on GPUs 0" in shown[1]
     small = placement.describe(placement.make_plan(compose_cfg("model=qwen7b", "topology=2x8"), "/c", detected_gpus=0))
     assert "node 1: 8 training process(es)" in small and "the same as" not in small  # two nodes: both in full

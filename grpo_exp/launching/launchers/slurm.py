@@ -7,8 +7,17 @@ from omegaconf import DictConfig
 
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import slurm
-from grpo_exp.launching.launchers.local import build, check, finalize, write  # noqa: F401  (as on this machine)
+from grpo_exp.launching.launchers.local import build, check, write  # noqa: F401  (as on this machine)
 from grpo_exp.planning.placement import NodePlan, Plan
+
+# Where node 0 is, known only inside the job (slurm_task.NodeTask sets it from the job's first host): what the plan
+# and config.yaml say until then, never a loopback address the nodes would not meet at.
+NODE0_OF_THE_JOB = "<node 0 of the SLURM job>"
+
+
+def finalize(cfg: DictConfig, run_dir: Path | None) -> None:
+    if cfg.topology.nnodes > 1:
+        cfg.topology.master_addr = NODE0_OF_THE_JOB
 
 
 def detaches(cfg: DictConfig, sweeping: bool, independent_trials: bool) -> bool:

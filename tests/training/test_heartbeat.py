@@ -1,0 +1,83 @@
+"""The heartbeat between nodes (training/heartbeat.py) on a real TCPStore, in one process: two ranks "on two nodes"
+beat through it; one that stops beating is lost within heartbeat_s, one that fails stops the other within a beat.
+The same thing across a real link, cut, killed and slowed: tests/launching/test_two_nodes.py."""
+
+import time
+
+import pytest
+
+from grpo_exp.core.records import Status
+from grpo_exp.launching.ports import free_port
+from grpo_exp.training.heartbeat import Heartbeat
+
+BEAT_S = 1.5
+
+
+@pytest.fixture
+def ranks(tmp_path, monkeypatch):
+    """ranks(n) -> ([Heartbeat of rank r on node r], {rank: the end it handed over}), on one store."""
+    import torch.distributed as dist
+
+    port = free_port()
+    store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # torchrun's, on node 0
+    ended: dict[int, dict] = {}
+    made = []
+
+    def make(n: int):
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        for rank in range(n):
+            monkeypatch.setenv("GROUP_RANK", str(rank))  # read when a heartbeat is made
+            made.append(Heartbeat(tmp_path, rank, n, BEAT_S, lambda end, r=rank: ended.setdefault(r, end)))
+        return made, ended
+
+    yield make
+    for beat in made:
+        beat.close()
+    del store
+
+
+def _until(condition, timeout: float) -> float:
+    started = time.monotonic()
+    while not condition():
+        assert time.monotonic() - started < timeout, f"nothing within {timeout} s"
+        time.sleep(0.05)
+    return time.monotonic() - started
+
+
+def test_ranks_that_beat_are_never_lost(ranks):
+    beats, ended = ranks(2)
+    time.sleep(3 * BEAT_S)
+    assert ended == {} and all(b.nodes for b in beats)  # each knows the other's node and host
+
+
+def test_a_rank_that_stops_beating_is_a_lost_node_within_the_heartbeat(ranks, tmp_path):
+    beats, ended = ranks(2)
+    _until(lambda: beats[0].nodes and beats[1].nodes, 5)
+    beats[1].close()  # node 1 silent: its link cut, its machine gone
+    waited = _until(lambda: 0 in ended, BEAT_S + 3)
+    end = ended[0]
+    assert end["status"] == Status.NODE_LOST and waited < BEAT_S + 2
+    assert end["lost"]["lost_node"] == 1 and end["lost"]["node"] == 0 and end["lost"]["phase"] == "unknown"
+    assert "lost node 1" in end["error"] and "watchdog.heartbeat_s=1.5" in end["error"]
+    stacks = (tmp_path / "stacks" / "rank0.txt").read_text()
+    assert "most recent call first" in stacks and "heartbeat.py" in stacks  # every thread, this one included
+
+
+def test_a_failed_rank_stops_the_other_node_within_a_beat(ranks):
+    beats, ended = ranks(2)
+    _until(lambda: beats[0].nodes and beats[1].nodes, 5)
+    beats[1].post_failure("RuntimeError: boom [/x/pair.cc:152]")
+    waited = _until(lambda: 0 in ended, BEAT_S + 2)
+    end = ended[0]
+    assert end["status"] == Status.FAILED and end["lost"]["lost_node"] is None and waited < BEAT_S
+    assert "stopped: rank 1 on node 1" in end["error"] and "failed: RuntimeError: boom [/x/pair.cc:152]" in end["error"]
+
+
+def test_the_first_failure_is_the_one_the_others_are_told(ranks):
+    beats, ended = ranks(3)
+    _until(lambda: all(len(b.nodes) == 2 for b in beats), 5)
+    beats[2].post_failure("the cause")
+    beats[1].post_failure("a consequence")
+    _until(lambda: 0 in ended, BEAT_S + 2)
+    assert "rank 2 on node 2" in ended[0]["error"] and "the cause" in ended[0]["error"]
