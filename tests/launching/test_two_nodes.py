@@ -9,6 +9,8 @@ Every figure docs/multi-node.md states of a fault (seconds to detect it, steps k
 import contextlib
 import functools
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -192,32 +194,11 @@ def test_two_node_slurm_job_trains_across_the_link(cli, deepspeed):
     assert f"rendezvous at {first}:" in said and first_address.startswith("10.")
 
 
-def test_two_node_drivers_one_per_node_train_together(node_driver, tmp_path):
-    """The multi-node docs' own commands, one per node, with node 0's real address as topology.master_addr."""
-    (first, address), (second, _) = nodes()
-    shared = tmp_path / "run"
-    common = [f"topology.master_addr={address}", "trainer.max_steps=2", f"hydra.run.dir={shared}"]
-    p0 = node_driver(first, 0, *common)
-    p1 = node_driver(second, 1, *common)
-    code0, out0 = _ended(p0, 300)
-    code1, out1 = _ended(p1, 60)
-    assert (code0, code1) == (0, 0), out0[-3000:] + out1[-3000:]
-    summary = rundir.read_summary(shared)
-    assert summary["status"] == "completed" and summary["runtime"]["hosts"] == [first, second]
-    assert rundir.read_summary(shared / rundir.node_subdir(1))["status"] == "completed"
-
-
-@pytest.mark.parametrize(
-    "node1,key",
-    [
-        (["topology.cpu_procs=2"], "procs_per_node differs between nodes: node(s) [0]: 1; node(s) [1]: 2"),
-        (["trainer.learning_rate=3e-05"], "trainer.learning_rate differs between nodes"),
-    ],
-    ids=["process_counts", "an_override"],
-)
-def test_two_node_mismatch_stops_both_nodes_naming_it(node_driver, tmp_path, node1, key):
-    """The seeds' hang: nodes started differently (NPROC_PER_NODE, a different override). Both stop within 60 s
-    naming the difference, across the link as on loopback. (Different use_vllm: tests/vllm/test_two_nodes_vllm.py.)"""
+def test_two_node_mismatch_stops_both_nodes_naming_it(node_driver, tmp_path):
+    """The seeds' hang: nodes started with different process counts (NPROC_PER_NODE). Both stop within 60 s naming the
+    difference, across the link as on loopback (where a differing override is tested: tests/e2e/test_multinode.py;
+    a differing use_vllm: tests/vllm/test_two_nodes_vllm.py)."""
+    node1, key = ["topology.cpu_procs=2"], "procs_per_node differs between nodes: node(s) [0]: 1; node(s) [1]: 2"
     (first, address), (second, _) = nodes()
     shared = tmp_path / "run"
     common = [f"topology.master_addr={address}", f"hydra.run.dir={shared}"]
@@ -231,6 +212,7 @@ def test_two_node_mismatch_stops_both_nodes_naming_it(node_driver, tmp_path, nod
     for run_dir in (shared, shared / rundir.node_subdir(1)):
         summary = rundir.read_summary(run_dir)
         assert summary["status"] == "mismatch" and key in summary["error"], summary.get("error")
+    print(f"[figure] process counts differ: both nodes stopped {time.time() - started:.1f} s after they started")
 
 
 @pytest.mark.parametrize("where", ["unroutable", "unresolved", "not_node_0s"])
@@ -289,6 +271,7 @@ def test_two_node_link_cut_during_a_collective_is_named_within_the_heartbeat(slu
     assert code == outcome.EXIT_HANG_PREVENTED and summary["status"] == "node_lost", out[-3000:]
     detected = min(r["time"] for r in records.values())
     assert detected - cut < HEARTBEAT_S + 5, f"detected {detected - cut:.1f} s after the cut"
+    print(f"[figure] link cut: node_lost {detected - cut:.1f} s after the cut, {_steps(run_dir)} steps kept")
     assert {k: v for k, v in records[0]["lost"].items() if k != "phase"} == {
         "node": 0, "host": first, "rank": 0, "lost_node": 1}  # fmt: skip
     assert records[1]["lost"] == {"node": 1, "host": second, "rank": 1, "lost_node": 0, "phase": "reward"}
@@ -319,7 +302,9 @@ def test_two_node_sigkill_of_a_node_ends_the_run_with_the_node_and_phase(slurm_r
     summary = rundir.read_summary(run_dir)
     assert code in (outcome.EXIT_FAILED, outcome.EXIT_HANG_PREVENTED), out[-3000:]
     assert summary["status"] in ("failed", "node_lost"), summary
-    assert rundir.read_json(run_dir / rundir.RANKS / "rank0.json")["time"] - killed < HEARTBEAT_S + 5
+    noticed = rundir.read_json(run_dir / rundir.RANKS / "rank0.json")["time"] - killed
+    assert noticed < HEARTBEAT_S + 5
+    print(f"[figure] node 1 killed: node 0 ended {noticed:.1f} s later ({summary['status']}), {steps} steps kept")
     # node 0 saw the connection close (gloo names the peer's address) in whichever phase it had reached; the killed
     # rank left no record, and its last phase is said
     assert summary["failed_at"]["node"] == 0 and second_address in summary["error"], summary
@@ -340,6 +325,7 @@ def test_two_node_rank_failure_stops_the_other_node_within_seconds(slurm_run):
     assert "reward failed on purpose on rank 1" in summary["error"] and summary["failed_at"]["node"] == 1
     assert summary["failed_at"]["phase"] == "reward"
     assert records[0]["time"] - records[1]["time"] < 5, "node 0 outlived node 1's failure"
+    print(f"[figure] rank 1 failed: node 0 stopped {records[0]['time'] - records[1]['time']:.2f} s later")
     assert summary["global_step"] >= 3 and _steps(run_dir) >= 3 and rundir.latest_checkpoint(run_dir) is not None
 
 
@@ -349,13 +335,14 @@ def test_two_node_slowed_link_crawls_but_completes(cli):
     bulk packets (tbf's queue holds at most 2 s), so neither they nor the stall watchdog call it a hang."""
     (_, _), (second, _) = nodes()
     with link_slowed(second, "300kbit"):
-        result, run_dir = cli(*SLURM, "topology=cpu2x1", "trainer.max_steps=2", f"watchdog.heartbeat_s={HEARTBEAT_S}",
+        result, run_dir = cli(*SLURM, "topology=cpu2x1", "trainer.max_steps=1", f"watchdog.heartbeat_s={HEARTBEAT_S}",
                               "watchdog.stall_s=120", timeout=600)  # fmt: skip
     summary = rundir.read_summary(run_dir)
     assert result.returncode == 0 and summary["status"] == "completed", result.stdout[-3000:]
-    assert summary["global_step"] == 2 and not (run_dir / rundir.STACKS).exists()
-    # unslowed, the train phases of 2 steps take ~0.2 s; here each is longer than the heartbeat bound
-    assert summary["time/train_s"] > 2 * HEARTBEAT_S, f"the train phases took {summary['time/train_s']:.1f} s"
+    assert summary["global_step"] == 1 and not (run_dir / rundir.STACKS).exists()
+    # unslowed, a step's train phase takes ~0.1 s; here it is longer than the heartbeat bound
+    assert summary["time/train_s"] > HEARTBEAT_S, f"the train phase took {summary['time/train_s']:.1f} s"
+    print(f"[figure] slowed link: its train phase {summary['time/train_s']:.1f} s, the run {summary['wall_s']:.0f} s")
 
 
 def test_two_node_node_down_requeues_and_resumes_on_both_nodes(slurm_run):
@@ -363,7 +350,7 @@ def test_two_node_node_down_requeues_and_resumes_on_both_nodes(slurm_run):
     NODE_FAIL and is requeued (max_requeues allows one); once the node is back, the next attempt resumes from the
     last checkpoint on both nodes and completes every step."""
     (_, _), (second, _) = nodes()
-    steps = 12
+    steps = 8
     driver, run_dir = slurm_run(
         f"trainer.max_steps={steps}", PACED, "trainer.save_strategy=steps", "trainer.save_steps=2",
         "launcher.slurm.max_requeues=1", f"watchdog.heartbeat_s={HEARTBEAT_S}")  # fmt: skip
@@ -384,6 +371,7 @@ def test_two_node_node_down_requeues_and_resumes_on_both_nodes(slurm_run):
     assert code == 0 and summary["status"] == "completed" and summary["global_step"] == steps, out[-3000:]
     assert summary["resumes"][0]["from_step"] >= 2 and summary["runtime"]["world_size"] == 2, summary
     assert [m["step"] for m in rundir.read_metrics(run_dir)] == list(range(1, steps + 1))
+    print(f"[figure] node down: requeued, resumed from step {summary['resumes'][0]['from_step']}, {steps} of {steps}")
 
 
 def _squeue(job: str, field: str = "%T") -> str:
@@ -398,3 +386,65 @@ def test_two_node_cluster_script_is_idempotent():
     assert done.returncode == 0 and "slurm ready: nodes node1 node2" in done.stdout, done.stdout + done.stderr
     listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %o"], capture_output=True, text=True).stdout.split()
     assert sorted(zip(listed[::2], listed[1::2], strict=True)) == before
+
+
+# The docs' two-host sessions, each command on its node.
+
+
+def two_host_sessions() -> list[list[tuple[str, list[str], list[str]]]]:
+    """docs/multi-node.md's blocks of `nodeN$ python -m grpo_exp ...` commands: per block, [(node, its arguments, the
+    lines shown after it)]; a block's commands run together, each on its node. Lines with `...` are abridged."""
+    from tests.test_docs import fenced_blocks
+
+    sessions = []
+    for lang, text in fenced_blocks(REPO / "docs" / "multi-node.md"):
+        if lang != "console" or not re.match(r"node\d\$ ", text):
+            continue
+        session = []
+        for line in text.rstrip("\n").split("\n"):
+            if command := re.match(r"(node\d)\$ python -m grpo_exp (.*)", line):
+                session.append((command.group(1), shlex.split(command.group(2)), []))
+            elif "..." not in line:
+                session[-1][2].append(line)
+        sessions.append(session)
+    return sessions
+
+
+def test_two_node_docs_show_what_each_host_prints(model_cache, tmp_path):
+    """The multi-node docs' own commands, each on its host: one driver per node with node 0's real address as
+    topology.master_addr trains across the link; a node given an address no host has is refused before launch."""
+    sessions = two_host_sessions()
+    assert len(sessions) >= 2, "docs/multi-node.md shows no two-host session"
+    for number, session in enumerate(sessions):
+        run_dir = tmp_path / f"session{number}"
+        started = [
+            (
+                name,
+                shown,
+                subprocess.Popen(
+                    in_node(
+                        name,
+                        sys.executable,
+                        "-m",
+                        "grpo_exp",
+                        *[f"hydra.run.dir={run_dir}" if a.startswith("hydra.run.dir=") else a for a in args],
+                    ),
+                    cwd=tmp_path,
+                    env=driver_env(model_cache, PYTHONPATH=str(REPO), COLUMNS="100"),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                ),  # fmt: skip
+            )
+            for name, args, shown in session
+        ]
+        for name, shown, driver in started:
+            _, out = _ended(driver, 300)
+            printed = {" ".join(line.replace(sys.executable, "python").split()) for line in out.splitlines()}
+            stale = [line for line in shown if line.strip() and " ".join(line.split()) not in printed]
+            assert "Traceback" not in out and not stale, f"{name}: lines it no longer prints: {stale}\n{out[-2000:]}"
+        if len(session) == 2:  # a driver per node, node 0's real address: they trained together, each on its host
+            (first, _), (second, _) = nodes()
+            summary = rundir.read_summary(run_dir)
+            assert summary["status"] == "completed" and summary["runtime"]["hosts"] == [first, second], summary
+            assert rundir.read_summary(run_dir / rundir.node_subdir(1))["status"] == "completed"
