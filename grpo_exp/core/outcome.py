@@ -101,6 +101,15 @@ def launch_failed(run_dir: Path, error: str, **fields) -> Summary:
     return write_status(run_dir, Status.FAILED, error=error, **fields)
 
 
+def node_failed(run_dir: Path, node_rank: int, status: Status, error: str) -> None:
+    """The driver's (or a SLURM task's) own end of node `node_rank`'s share (its launch failed, a server died, a
+    serving node's config differs), recorded as ranks/rank<node_rank>.json: over what that rank recorded itself as it
+    was stopped, its measurements kept."""
+    path = Path(run_dir) / rundir.RANKS / f"rank{node_rank}.json"
+    own = rundir.read_json(path) if path.exists() else {}
+    rundir.write_rank_record(run_dir, node_rank, {**own, "status": status, "error": error, "time": time.time()})
+
+
 def ended_on_node0(run_dir: Path, reported: RankRecord) -> Summary:
     """A dedicated serving node's end: the status node 0 reported for the run (its result is on node 0)."""
     status = reported.get("status", Status.FAILED)

@@ -264,11 +264,11 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
     outcome.note(run_dir, started_at=started)
     try:
         code = launcher.run(cfg, run_dir, plan, node)
-    except LaunchFailed as exc:  # SLURM or kubectl refused the job, or the vLLM server never answered
-        rundir.write_rank_record(run_dir, node.node_rank, {"status": Status.FAILED, "error": str(exc)})
+    except LaunchFailed as exc:  # SLURM or kubectl refused the job, or the vLLM server never answered or died
+        outcome.node_failed(run_dir, node.node_rank, Status.FAILED, str(exc))
         code = outcome.EXIT_FAILED
     except Mismatch as exc:  # a dedicated serving node runs another config
-        rundir.write_rank_record(run_dir, node.node_rank, {"status": Status.MISMATCH, "error": str(exc)})
+        outcome.node_failed(run_dir, node.node_rank, Status.MISMATCH, str(exc))
         code = outcome.EXIT_HANG_PREVENTED
     summary = outcome.concluded(run_dir, code, started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)

@@ -186,7 +186,10 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         trainer = _start(node.commands["train"], process_env(cfg, node.env["train"], node.train_procs))
         procs.append(trainer)
         output.follow(trainer)
-        code = _wait(trainer, server, output)
+        remote = (
+            vllm_server.RemoteWatch(vllm_server.health_url(cfg)) if cfg.vllm.nodes and node.node_rank == 0 else None
+        )
+        code = _wait(trainer, server, output, remote)
         return code
     except KeyboardInterrupt:
         code = outcome.EXIT_INTERRUPTED
@@ -208,14 +211,17 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
             serving.send_stop(cfg, outcome.status_of(run_dir, code))
 
 
-def _wait(trainer: subprocess.Popen, server: subprocess.Popen | None, output: _Output) -> int:
+def _wait(trainer: subprocess.Popen, server: subprocess.Popen | None, output: _Output, remote=None) -> int:
     """The training processes' exit code; a server on this node that exits first ends the run (ServerDied, with its
-    last lines) instead of leaving the trainers to wait on it."""
+    last lines) instead of leaving the trainers to wait on it, and so does a serving node's server that stops
+    answering (`remote`: vllm_server.RemoteWatch)."""
     while True:
         try:
             return trainer.wait(timeout=1.0)
         except subprocess.TimeoutExpired:
             pass
+        if remote is not None:
+            remote.check()
         if server is not None and server.poll() is not None:
             raise vllm_server.ServerDied(
                 vllm_server.with_log_tail(

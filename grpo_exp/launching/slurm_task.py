@@ -11,6 +11,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from grpo_exp.core import gpus, outcome, rundir
+from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.core.records import Status
 from grpo_exp.launching import launch, reachability, slurm_state, versions
 from grpo_exp.planning import placement
@@ -66,7 +67,7 @@ class NodeTask:
             rundir.write_rank_record(run_dir, env.global_rank, {"status": Status.INVALID, "error": error})
             code = outcome.EXIT_INVALID
         else:
-            code = launch.run_node(cfg, run_dir, node, log_path=run_dir / log_name)
+            code = _run_node(cfg, run_dir, node, run_dir / log_name)
         if env.global_rank != 0:
             return code
         summary = outcome.conclude(run_dir, code, time.time() - started)
@@ -75,6 +76,18 @@ class NodeTask:
         if summary["status"] == Status.PREEMPTED and "SLURM_JOB_ID" in os.environ:
             _requeue(cfg, env.job_id, run_dir, restarts, summary.get("global_step"))
         return summary["exit_code"]
+
+
+def _run_node(cfg, run_dir: Path, node, log_path: Path) -> int:
+    """This node's share, its own ends recorded as the driver records them on one machine (job._launch)."""
+    try:
+        return launch.run_node(cfg, run_dir, node, log_path=log_path)
+    except LaunchFailed as exc:  # the vLLM server never answered, or died (a serving node's too)
+        outcome.node_failed(run_dir, node.node_rank, Status.FAILED, str(exc))
+        return outcome.EXIT_FAILED
+    except Mismatch as exc:  # a dedicated serving node runs another config
+        outcome.node_failed(run_dir, node.node_rank, Status.MISMATCH, str(exc))
+        return outcome.EXIT_HANG_PREVENTED
 
 
 def _requeued_by_slurm(job_id: str, restarts: int, summary: dict) -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "ServerDied",
     "ServerNotReady",
     "ServerMemory",
+    "RemoteWatch",
     "bind_address",
     "serve_command",
     "health_url",
@@ -76,6 +77,40 @@ class ServerMemory:
 def health_url(cfg: DictConfig) -> str:
     """Checked from node 0, where the plan puts the server."""
     return f"http://{cfg.vllm.server_host or '127.0.0.1'}:{cfg.vllm.server_port}/health"
+
+
+def answers(url: str, timeout_s: float) -> str | None:
+    """None where `url` answers 200 within `timeout_s`; else why not."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return None if response.status == 200 else f"HTTP {response.status}"
+    except (urllib.error.URLError, OSError) as exc:
+        return str(getattr(exc, "reason", exc))
+
+
+class RemoteWatch:
+    """A serving node's server, watched from node 0's driver while training runs: a server that dies or a link that
+    goes away misses its /health checks, and the run ends naming it (ServerDied) within MISSES x EVERY_S seconds,
+    instead of a weight sync or a generation that waits on it until watchdog.stall_s."""
+
+    EVERY_S = 5.0
+    MISSES = 3
+
+    def __init__(self, url: str):
+        self.url, self.misses, self.why = url, 0, None
+        self.next_check = time.monotonic() + self.EVERY_S
+
+    def check(self) -> None:
+        if time.monotonic() < self.next_check:
+            return
+        self.why = answers(self.url, timeout_s=self.EVERY_S / 2)
+        self.misses = 0 if self.why is None else self.misses + 1
+        self.next_check = time.monotonic() + self.EVERY_S
+        if self.misses >= self.MISSES:
+            raise ServerDied(
+                f"the vLLM server on the serving node stopped answering {self.url} while training ran: "
+                f"{self.misses} checks in a row over {self.misses * self.EVERY_S:.0f} s ({self.why})"
+            )
 
 
 def wait_healthy(url: str, timeout_s: float, is_alive=lambda: True, poll_s: float = 1.0, log_tail=list) -> float:

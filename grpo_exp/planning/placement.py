@@ -121,6 +121,8 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: tupl
         node.env = _env(topo, node, serve_env(cfg, device) if serves else None)
         if vllm.mode == "colocate" and device == "cpu":  # the engine inside each training process
             node.env["train"].update(vllm_cpu_env(cfg))
+        if dedicated and vllm.server_host:  # where the trainers reach it: a SLURM job learns it only from its hosts,
+            node.env["train"][SERVER_HOST_ENV] = str(vllm.server_host)  # after config.yaml was frozen
         if node.train_procs:
             node.commands["train"] = train_command(topo, node, config_path, training_nodes=topo.nnodes - dedicated)
         if serves:
@@ -153,6 +155,10 @@ def weight_sync(vllm: DictConfig, device: str) -> str:
         return vllm.weight_sync
     return "nccl" if device == "cuda" else "filesystem"
 
+
+# The serving node's address, as the training processes get it (training/build.py reads it where vllm.server_host is
+# null in config.yaml: under launcher=slurm it is the job's last host, known only inside the job).
+SERVER_HOST_ENV = "GRPO_EXP_VLLM_SERVER_HOST"
 
 # vLLM's CPU build sizes its KV cache from this variable (GiB of host RAM), not from gpu_memory_utilization.
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"

@@ -20,7 +20,7 @@ from grpo_exp.config.trackers.common import run_name
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir
 from grpo_exp.data.checks import row_problems
-from grpo_exp.planning.placement import weight_sync
+from grpo_exp.planning.placement import SERVER_HOST_ENV, weight_sync
 from grpo_exp.training.data import build_dataset, build_eval_dataset
 from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
 from grpo_exp.training.tiny import tiny_model_dir
@@ -71,8 +71,9 @@ def vllm_fields(cfg: DictConfig) -> dict:
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
     fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
-    if fields["vllm_server_host"] is None:  # the plan puts the server on node 0, torchrun's MASTER_ADDR
-        fields["vllm_server_host"] = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    if fields["vllm_server_host"] is None:  # a serving node the SLURM job found (placement.SERVER_HOST_ENV), else the
+        # plan puts the server on node 0, torchrun's MASTER_ADDR
+        fields["vllm_server_host"] = os.environ.get(SERVER_HOST_ENV) or os.environ.get("MASTER_ADDR", "127.0.0.1")
     return {"use_vllm": True, "vllm_mode": cfg.vllm.mode, **fields}
 
 

@@ -72,6 +72,20 @@ def link_down(name: str):
         yield time.time()
     finally:
         subprocess.run(["ip", "-n", name, "link", "set", "eth0", "up"], check=True)
+        node_back(name)
+
+
+def node_back(name: str) -> None:
+    """Node `name` taking jobs again: a link down for longer than SlurmdTimeout (30 s) leaves it DOWN (not
+    responding) until slurmctld next hears from it; an admin's `state=resume` is what brings it back at once."""
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        state = subprocess.run(["sinfo", "-h", "-n", name, "-o", "%T"], capture_output=True, text=True).stdout.strip()
+        if state in ("idle", "mixed", "allocated", "completing"):
+            return
+        subprocess.run(["scontrol", "update", f"NodeName={name}", "State=RESUME"], capture_output=True)
+        time.sleep(1)
+    raise AssertionError(f"node {name} did not come back: {state}")
 
 
 @contextlib.contextmanager
