@@ -283,7 +283,8 @@ def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted,
 def _exit_code(submitted: Submitted) -> int:
     """The run's exit code: node 0's task concluded the run from every rank's record, so its result is the run's (a
     task of another node may never write one: its processes killed with the machine). The other nodes' tasks still
-    running OTHER_NODES_GRACE_S later are cancelled: no node outlives the run it belonged to."""
+    running OTHER_NODES_GRACE_S later (a run that did not complete: FAILED_RUN_GRACE_S) are cancelled: no node
+    outlives the run it belonged to."""
     job = submitted.job
     first = job.task(0) if job.num_tasks > 1 else job
     try:
@@ -292,15 +293,16 @@ def _exit_code(submitted: Submitted) -> int:
         log.error("job %s failed: %s", job.job_id, str(exc).splitlines()[0] if str(exc) else exc)
         code = outcome.EXIT_FAILED
     if job.num_tasks > 1 and type(job).__name__ == "SlurmJob":
-        _end_other_nodes(job)
+        _end_other_nodes(job, OTHER_NODES_GRACE_S if code == outcome.EXIT_OK else FAILED_RUN_GRACE_S)
     return code
 
 
 OTHER_NODES_GRACE_S = 30.0  # a completed run's other nodes write their results within a second or two
+FAILED_RUN_GRACE_S = 5.0  # a failed run's other nodes may be cut off or stuck: no reason to keep them long
 
 
-def _end_other_nodes(job) -> None:
-    deadline = time.time() + OTHER_NODES_GRACE_S
+def _end_other_nodes(job, grace_s: float) -> None:
+    deadline = time.time() + grace_s
     waiting = list(range(1, job.num_tasks))
     while waiting and time.time() < deadline:
         state = job_state(str(job.job_id))
@@ -311,6 +313,6 @@ def _end_other_nodes(job) -> None:
     if waiting:
         log.warning(
             "node(s) %s of job %s still ran %.0f s after node 0 concluded the run: cancelled",
-            ", ".join(map(str, waiting)), job.job_id, OTHER_NODES_GRACE_S,
+            ", ".join(map(str, waiting)), job.job_id, grace_s,
         )  # fmt: skip
         ask("scancel", str(job.job_id))

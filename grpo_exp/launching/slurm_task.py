@@ -55,13 +55,13 @@ class NodeTask:
         log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
         # the job's log (slurm/<job>_<node>_log.out) says where this node is and where it meets the others
         topo = cfg.topology
-        print(f"node {env.global_rank}: host {env.hostnames[env.global_rank]}, rendezvous at {topo.master_addr}:"
+        print(f"node {env.global_rank}: host {env.hostname}, rendezvous at {topo.master_addr}:"
               f"{topo.master_port}", flush=True)  # fmt: skip
         # The driver checked its own machine; this node's packages and its reach of the other nodes are only known here.
         refused = versions.check(cfg, serves=bool(node.vllm_gpus), trains=node.train_procs > 0)
         refused += reachability.check(cfg, env.global_rank, plan.vllm.get("server_node"))
         if refused:
-            error = f"node {env.global_rank} ({env.hostnames[env.global_rank]}): " + "; ".join(
+            error = f"node {env.global_rank} ({env.hostname}): " + "; ".join(
                 f"{p.key}: {p.why} ({p.fix})" for p in refused
             )
             rundir.write_rank_record(run_dir, env.global_rank, {"status": Status.INVALID, "error": error})

@@ -36,7 +36,8 @@ def needs(cfg: DictConfig, training_nodes: int, serving_node: int | None, sync: 
             },
         ]
     if sync is not None and serving_node is not None and cfg.vllm.nodes:
-        server = {"from": "node 0", "to": f"node {serving_node}", "address": str(cfg.vllm.server_host)}
+        host = cfg.vllm.server_host or f"<node {serving_node}'s address>"  # (a SLURM job's: its last host)
+        server = {"from": "node 0", "to": f"node {serving_node}", "address": str(host)}
         out += [
             {**server, "port": cfg.vllm.server_port, "for": "the vLLM server's HTTP API"},
             {**server, "port": cfg.vllm.agent_port, "for": "the serving node's agent (config check, stop)"},

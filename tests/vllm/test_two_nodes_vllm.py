@@ -126,7 +126,9 @@ def test_two_node_serving_node_lost_during_a_weight_sync(served, fault):
     the run within its 3 missed checks (15 s) and the ranks' grace, failed, naming the server; the steps before it
     are kept. (Before the watch, the killed server's run waited out watchdog.stall_s.)"""
     (_, _), (second, _) = nodes()
-    driver, run_dir = served("trainer.max_steps=200", "watchdog.stall_s=120", "preemption.grace_s=10")
+    # no requeue: a link down past SlurmdTimeout (30 s) has SLURM requeue the job for a node it lost
+    driver, run_dir = served("trainer.max_steps=200", "watchdog.stall_s=120", "preemption.grace_s=10",
+                             "launcher.slurm.max_requeues=0")  # fmt: skip
     _in_weight_sync(driver, run_dir)
     steps = len(rundir.read_metrics(run_dir))
     _served_across_the_link(run_dir)
