@@ -219,12 +219,15 @@ def run_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None
     )
 
 
-def start_driver(cwd: Path, model_cache: Path, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+def start_driver(
+    cwd: Path, model_cache: Path, *args: str, env: dict | None = None, wrap: tuple = (), **popen
+) -> subprocess.Popen:
     """`python -m grpo_exp <args>` in the background: the Popen, stdout and stderr merged into one text
-    pipe unless `popen` says otherwise (a driver nobody reads for minutes needs DEVNULL: a full pipe blocks it)."""
+    pipe unless `popen` says otherwise (a driver nobody reads for minutes needs DEVNULL: a full pipe blocks it).
+    `wrap`: the command it runs under (a node's namespaces: tests/launching/test_two_nodes.py)."""
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, **popen}
     return subprocess.Popen(
-        [sys.executable, "-m", "grpo_exp", *args],
+        [*wrap, sys.executable, "-m", "grpo_exp", *args],
         cwd=cwd,
         env=driver_env(model_cache, **(env or {})),
         text=True,

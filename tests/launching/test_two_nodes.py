@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from grpo_exp.core import outcome, rundir
-from tests.helpers import REPO, driver_env, kill_all, slurm_problem
+from tests.helpers import REPO, kill_all, slurm_problem
 
 HEARTBEAT_S = 10  # watchdog.heartbeat_s in the fault tests: a lost node is named within it (plus a beat)
 PACED = "+data.rewards.paced._target_=tests.memory_hog.paced"  # 0.4 s a step: a run that lasts until stopped
@@ -130,29 +130,15 @@ def phase_of(run_dir: Path, rank: int) -> str:
 
 
 @pytest.fixture
-def node_driver(model_cache, tmp_path):
+def node_driver(background_driver):
     """node_driver(name, node_rank, *overrides) -> Popen: `python -m grpo_exp` started on that node, as a user starts
     one per machine (the multi-node docs' command). Whatever is still running at the end is killed."""
-    started = []
 
     def start(name: str, node_rank: int, *overrides: str) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "grpo_exp", "topology=cpu2x1", f"topology.node_rank={node_rank}", "logger=none"]
-        started.append(
-            subprocess.Popen(
-                in_node(name, *argv, *overrides),
-                cwd=tmp_path,
-                env=driver_env(model_cache, PYTHONPATH=str(REPO)),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-        return started[-1]
+        common = ["topology=cpu2x1", f"topology.node_rank={node_rank}", "logger=none"]
+        return background_driver(*common, *overrides, wrap=in_node(name))
 
-    yield start
-    for driver in started:
-        if driver.poll() is None:
-            kill_all([driver, *psutil.Process(driver.pid).children(recursive=True)])
+    return start
 
 
 @pytest.fixture
@@ -426,34 +412,17 @@ def two_host_sessions() -> list[list[tuple[str, list[str], list[str]]]]:
     return sessions
 
 
-def test_two_node_docs_show_what_each_host_prints(model_cache, tmp_path):
+def test_two_node_docs_show_what_each_host_prints(background_driver, tmp_path):
     """The multi-node docs' own commands, each on its host: one driver per node with node 0's real address as
     topology.master_addr trains across the link; a node given an address no host has is refused before launch."""
     sessions = two_host_sessions()
     assert len(sessions) >= 2, "docs/multi-node.md shows no two-host session"
     for number, session in enumerate(sessions):
         run_dir = tmp_path / f"session{number}"
-        started = [
-            (
-                name,
-                shown,
-                subprocess.Popen(
-                    in_node(
-                        name,
-                        sys.executable,
-                        "-m",
-                        "grpo_exp",
-                        *[f"hydra.run.dir={run_dir}" if a.startswith("hydra.run.dir=") else a for a in args],
-                    ),
-                    cwd=tmp_path,
-                    env=driver_env(model_cache, PYTHONPATH=str(REPO), COLUMNS="100"),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    text=True,
-                ),  # fmt: skip
-            )
-            for name, args, shown in session
-        ]
+        started = []
+        for name, args, shown in session:  # the page's shared run dir, here
+            args = [f"hydra.run.dir={run_dir}" if a.startswith("hydra.run.dir=") else a for a in args]
+            started.append((name, shown, background_driver(*args, env={"COLUMNS": "100"}, wrap=in_node(name))))
         for name, shown, driver in started:
             _, out = _ended(driver, 300)
             printed = {" ".join(line.replace(sys.executable, "python").split()) for line in out.splitlines()}

@@ -7,14 +7,12 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
 
 from grpo_exp.core import outcome, rundir
-from tests.helpers import REPO, driver_env, kill_all
 from tests.launching.test_two_nodes import (  # noqa: F401  (needs_two_nodes: the fixture, used by name)
     SLURM,
     _ended,
@@ -74,26 +72,16 @@ def _servers(name: str) -> list[psutil.Process]:
     return found
 
 
-def test_two_node_use_vllm_differs_stops_both_nodes(model_cache, tmp_path):
+def test_two_node_use_vllm_differs_stops_both_nodes(background_driver, tmp_path):
     """The seeds' hang: node 0 started with vLLM (colocated), node 1 without. Both stop within 60 s naming it."""
     (first, address), (second, _) = nodes()
     common = ["topology=cpu2x1", f"topology.master_addr={address}", "logger=none", f"hydra.run.dir={tmp_path / 'run'}"]
     drivers = [
-        subprocess.Popen(
-            in_node(name, sys.executable, "-m", "grpo_exp", *common, f"topology.node_rank={rank}", mode),
-            cwd=tmp_path,
-            env=driver_env(model_cache, PYTHONPATH=str(REPO)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )  # fmt: skip
+        background_driver(*common, f"topology.node_rank={rank}", mode, wrap=in_node(name))
         for rank, name, mode in ((0, first, "vllm=colocate"), (1, second, "vllm=off"))
     ]
     started = time.time()
-    try:
-        ended = [_ended(driver, 120) for driver in drivers]
-    finally:
-        kill_all(d for d in drivers if d.poll() is None)
+    ended = [_ended(driver, 120) for driver in drivers]
     assert [code for code, _ in ended] == [outcome.EXIT_HANG_PREVENTED] * 2, ended[0][1][-2000:] + ended[1][1][-2000:]
     assert time.time() - started < 60
     for run_dir in (tmp_path / "run", tmp_path / "run" / rundir.node_subdir(1)):
