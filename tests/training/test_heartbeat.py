@@ -10,7 +10,7 @@ from grpo_exp.core.records import Status
 from grpo_exp.launching.ports import free_port
 from grpo_exp.training.heartbeat import Heartbeat
 
-BEAT_S = 1.5
+BEAT_S = 1.5  # (a busy CI machine may hold a thread back for most of a second)
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def _until(condition, timeout: float) -> float:
 
 def test_ranks_that_beat_are_never_lost(ranks):
     beats, ended = ranks(2)
-    time.sleep(3 * BEAT_S)
+    time.sleep(2 * BEAT_S)
     assert ended == {} and all(b.nodes for b in beats)  # each knows the other's node and host
 
 
