@@ -226,8 +226,7 @@ def _log_text(run_dir: Path) -> str:
 
 def _last_phase(run_dir: Path, rank: str) -> str:
     """The phase `rank` (rank<N>) last entered: the worker keeps ranks/rank<N>.phase current."""
-    path = Path(run_dir) / rundir.RANKS / f"{rank}.phase"
-    return path.read_text().strip() if path.exists() else "unknown (memory.telemetry=false)"
+    return rundir.read_phase(run_dir, int(rank.removeprefix("rank"))) or "unknown (memory.telemetry=false)"
 
 
 def _silent_ranks(run_dir: Path, records: list[RankRecord]) -> list[dict]:

@@ -129,6 +129,12 @@ def phase_path(run_dir: Path, rank: int) -> Path:
     return Path(run_dir) / RANKS / f"rank{rank}.phase"
 
 
+def read_phase(run_dir: Path, rank: int) -> str | None:
+    """The phase rank `rank` was last in (its phase file, padding stripped), or None where it kept none."""
+    path = phase_path(run_dir, rank)
+    return (path.read_text().strip() or None) if path.exists() else None
+
+
 def phase_measure(summary: dict, phase: str) -> tuple[str, float | None, float | None]:
     """(stat, measured GiB, planned GiB) of one phase, like with like: on a GPU the tensors alive (alloc_max) against
     the plan's tensors (the phase less its runtime and allocator_reserve: the caching allocator keeps the largest

@@ -47,8 +47,7 @@ def record(run_dir: Path, node: int, ranks: list[int], kills_before: int | None)
     for rank in ranks:
         if (folder / f"rank{rank}.json").exists():
             continue
-        phase_file = rundir.phase_path(run_dir, rank)
-        phase = phase_file.read_text().strip() or None if phase_file.exists() else None
+        phase = rundir.read_phase(run_dir, rank)
         rundir.write_rank_record(
             run_dir,
             rank,

@@ -132,7 +132,7 @@ class Heartbeat:
         if self.done.is_set():
             return
         self.done.set()
-        phase = _phase(self.run_dir, self.rank)
+        phase = rundir.read_phase(self.run_dir, self.rank) or "unknown"
         stacks = self.run_dir / rundir.STACKS / f"rank{self.rank}.txt"
         stacks.parent.mkdir(exist_ok=True)
         with open(stacks, "a") as file:  # every thread: the main one shows the collective it waits in
@@ -146,8 +146,3 @@ class Heartbeat:
         }
         log.error("%s", record["error"])
         self.on_lost(record)
-
-
-def _phase(run_dir: Path, rank: int) -> str:
-    path = rundir.phase_path(run_dir, rank)
-    return path.read_text().strip() if path.exists() else "unknown"
