@@ -156,15 +156,17 @@ def explicit_keys(hydra_cfg) -> set[str]:
 
 
 def held_options(cfg: DictConfig, hydra_cfg) -> list[str]:
-    """The command line's chosen options held over the experiment's values for the same keys (the notes say so)."""
+    """The command line over the experiment it selected (overrides.hold_command_line): a group option chosen again
+    keeps its values, every key given keeps the command line's; the note names what the experiment lost."""
     experiment = _option_file(hydra_cfg, "experiment", hydra_cfg.runtime.choices.get("experiment"))
     if not experiment:
         return []
+    given = task_overrides(hydra_cfg)
     chosen = {}
-    for group, option in overrides.chosen_groups(task_overrides(hydra_cfg)).items():
+    for group, option in overrides.chosen_groups(given).items():
         content = _option_file(hydra_cfg, group, option)
         chosen[group] = (option, overrides.flat(content if content.get("_global_package") else {group: content}))
-    return overrides.hold_chosen_options(cfg, experiment, chosen)
+    return overrides.hold_command_line(cfg, experiment, chosen, overrides.given_keys(given))
 
 
 def _option_file(hydra_cfg, group: str, option: str | None) -> dict:

@@ -2,9 +2,11 @@
 paste (no placeholder, no file or module of their own) is planned as the page shows it, without a traceback; the
 output block README.md shows is what the program prints; every file, module and config key the docs name exists."""
 
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -213,3 +215,59 @@ def test_every_relative_link_resolves():
             if "://" not in target and not target.startswith("mailto:") and not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, broken
+
+
+def recipe_page_commands() -> list[list[str]]:
+    """The arguments of every command in the recipe page's bash blocks, in the page's order."""
+    found = []
+    for lang, text in fenced_blocks(ROOT / "docs" / "from-trl-and-open-r1.md"):
+        for line in text.splitlines() if lang == "bash" else []:
+            words = shlex.split(line.split("  #")[0])
+            if words[:1] == ["grpo-exp"]:
+                found.append(words[1:])
+            elif words[:3] == ["python", "-m", "grpo_exp"]:
+                found.append(words[3:])
+    return found
+
+
+# The reader's own files the page's second block names: an open-r1 recipe, its accelerate config, a local copy of
+# its model (config.json is all a plan reads).
+MY_ACCELERATE = (
+    "distributed_type: DEEPSPEED\ndeepspeed_config: {zero_stage: 3}\nmixed_precision: bf16\nnum_processes: 8\n"
+)
+QWEN25_7B = (
+    '{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, '
+    '"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, '
+    '"max_position_embeddings": 32768, "tie_word_embeddings": false, "torch_dtype": "bfloat16"}'
+)
+
+
+@pytest.mark.slow  # the real CLI in a subprocess, per command
+def test_the_recipe_pages_commands_run_as_written(tmp_path):
+    """docs/from-trl-and-open-r1.md's commands, typed in a reader's folder in the page's order: each import writes
+    its experiment under ./conf, each plan (the local model copy's included) exits 0; the run line is planned
+    (action=plan added), not trained."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "recipes").mkdir()
+    shutil.copy(ROOT / "examples" / "recipes" / "open_r1_demo.yaml", tmp_path / "recipes" / "my_run.yaml")
+    (tmp_path / "zero3.yaml").write_text(MY_ACCELERATE)
+    (tmp_path / "models" / "my-copy").mkdir(parents=True)
+    (tmp_path / "models" / "my-copy" / "config.json").write_text(QWEN25_7B)
+    commands = recipe_page_commands()
+    assert sum(args[0] == "recipe" for args in commands) == 2 and len(commands) >= 6, commands
+    for i, args in enumerate(commands):
+        planned = args if args[0] == "recipe" or "action=plan" in args else [*args, "action=plan"]
+        extra = [] if args[0] == "recipe" else [f"hydra.run.dir={tmp_path / 'runs' / str(i)}"]
+        result = subprocess.run(
+            [sys.executable, "-m", "grpo_exp", *planned, *extra], cwd=tmp_path, capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stdout + result.stderr)
+    assert {p.name for p in (tmp_path / "conf" / "experiment").iterdir()} == {"mine.yaml", "my_run.yaml"}
+    held = [
+        n
+        for plan in sorted((tmp_path / "runs").glob("*/plan.json"))
+        for n in json.loads(plan.read_text())["notes"]
+        if "topology.gpus_per_node=4 (experiment: 8)" in n
+    ]
+    assert len(held) == 1 and held[0].startswith("the command line holds over experiment my_run:"), held

@@ -165,25 +165,40 @@ def chosen_groups(items: list[str]) -> dict[str, str]:
     }
 
 
-def hold_chosen_options(cfg, experiment: dict, chosen: dict[str, dict]) -> list[str]:
-    """An experiment's values never silently undo an option chosen on the command line: where the experiment
-    (`experiment`, its file's content) sets a key the chosen option also sets (`chosen`: group -> (option name,
-    that option's keys as flat dotted paths -> values)), the option's value holds, and the plan says so."""
+def hold_command_line(cfg, experiment: dict, chosen: dict[str, tuple[str, dict]], given: dict[str, str]) -> list[str]:
+    """The command line wins over an experiment, whole. Hydra applies the experiment's values after the group options
+    it composes, so a group option chosen again on the command line (`topology=1x8`) would keep the experiment's
+    values for the keys that option sets: here the option's values are put back. A key given on the command line
+    itself (`topology.gpus_per_node=12`, for this group or any other) is already Hydra's last word and is left as it
+    is, whatever its order on the command line. `experiment`: its file's content; `chosen`: group -> (option name,
+    that option's keys as flat dotted paths -> values); `given`: the command line's config keys -> their values
+    (`given_keys`).
+
+    Returns one note naming every value of the experiment the command line replaced ([] when none was)."""
     from omegaconf import OmegaConf
 
-    notes = []
-    for key, value in sorted(flat(experiment).items()):
+    set_by_experiment = {k: v for k, v in flat(experiment).items() if not k.startswith(("defaults", "hydra"))}
+    replaced = []
+    for key, value in sorted(set_by_experiment.items()):
         group = key.split(".", 1)[0]
-        if group not in chosen or key not in chosen[group][1] or key.startswith(("defaults", "hydra")):
+        if key == "experiment":  # the run family's name, which experiment=<name> itself sets
             continue
-        option, held = chosen[group][0], chosen[group][1][key]
-        if held != value:
+        if key in given:
+            if given[key] != value:
+                replaced.append(f"{key}={given[key]} (experiment: {value})")
+        elif group in chosen and key in chosen[group][1] and chosen[group][1][key] != value:
+            option, held = chosen[group][0], chosen[group][1][key]
             OmegaConf.update(cfg, key, held, merge=False)
-            notes.append(
-                f"{group}={option} was chosen on the command line: its {key}={held} holds over the experiment's "
-                f"{key}={value}"
-            )
-    return notes
+            replaced.append(f"{key}={held} from {group}={option} (experiment: {value})")
+    if not replaced:
+        return []
+    name = experiment.get("experiment") or "the experiment"
+    return [f"the command line holds over experiment {name}: " + "; ".join(replaced)]
+
+
+def given_keys(items: list[str]) -> dict:
+    """{key: value} of the overrides that set a key of the composed config (not a group's option, not Hydra's own)."""
+    return {o.key_or_group: o.value() for o in parse(items) if is_config_key(o) and not o.is_delete()}
 
 
 def flat(node, prefix: str = "") -> dict:

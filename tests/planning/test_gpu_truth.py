@@ -108,7 +108,8 @@ def test_a_chosen_topology_holds_over_the_experiments_values(tmp_path):
     assert result.returncode == 0, result.stderr
     plan = json.loads(next(tmp_path.glob("data/*/*/plan.json")).read_text())
     assert len(plan["nodes"]) == 2
-    assert any("topology=2x8 was chosen on the command line" in n and "topology.nnodes" in n for n in plan["notes"])
+    (held,) = [n for n in plan["notes"] if n.startswith("the command line holds over experiment open_r1_demo")]
+    assert "topology.nnodes=2 from topology=2x8 (experiment: 1)" in held
 
 
 def test_nodes_on_a_loopback_rendezvous_are_named():
