@@ -88,6 +88,10 @@ def resolve(cfg: DictConfig, explicit: set[str]) -> list[Problem]:
         OmegaConf.update(cfg, alias, target.unset, merge=False)
         if target.note:
             log.warning("%s=%r is %s=%r: %s", alias, plain, target.canonical, plain, target.note)
+    if cfg.peft.get("target_parameters") and "peft.lora_dropout" not in explicit:
+        # PEFT's ParamWrapper (LoRA on parameters) takes no dropout: the option's default gives way, a value the
+        # user gave is refused by config/rules.py
+        OmegaConf.update(cfg, "peft.lora_dropout", 0.0)
     return problems
 
 
@@ -141,7 +145,7 @@ HOMES = {
     "lora_alpha": _home("peft.lora_alpha"),
     "lora_dropout": _home("peft.lora_dropout"),
     "lora_target_modules": _home("peft.target_modules"),
-    "lora_target_parameters": _home(None, "LoRA on parameters (MoE experts) is not planned by grpo_exp"),
+    "lora_target_parameters": _home("peft.target_parameters", "LoRA on a mixture of experts' fused expert weights"),
     "lora_modules_to_save": _home(
         None, "fully trained extra modules are not planned by grpo_exp (their gradients and Adam states)"
     ),

@@ -24,7 +24,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grpo_exp import Problem, cache_root, is_local_path
-from grpo_exp.config.schema import QuantizationConfig, VisionConfig
+from grpo_exp.config import model_families
+from grpo_exp.config.model_schema import QuantizationConfig, VisionConfig
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (
@@ -46,7 +47,7 @@ def tiny_model_path(model_cfg: DictConfig, tool_sets: list | None = None) -> Pat
     """Where the tiny model for these architecture numbers lives once built (training/tiny.py builds it; with
     `tool_sets`, config/env.py's schemas, the one warm-started on calls of those tools). Pure: the planner names
     it in a server's argv."""
-    arch = {k: model_cfg[k] for k in ARCH_KEYS}
+    arch = {k: model_cfg[k] for k in ARCH_KEYS} | model_families.hf_kwargs(model_cfg)
     tools = tool_sets or []
     key = hashlib.sha256(json.dumps([TINY_BUILD_VERSION, arch, tools], sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / f"tiny-{model_cfg.model_type}{'-tools' if tools else ''}-{key}"
@@ -117,6 +118,7 @@ def read_architecture(config_json: Path) -> dict:
             "optimizer states); its layout is not Qwen2-VL's, so image tokens' share of the sequence and the tower's "
             "activations are not modelled"
         )
+    text = model_families.with_transformers_defaults(text, config.get("model_type"))
     numbers = _numbers(text, notes)
     quantization = _quantization(config.get("quantization_config"))
     # quantized tensors are packed: counted on meta
@@ -125,7 +127,8 @@ def read_architecture(config_json: Path) -> dict:
     if weights:
         tied = not any(name.endswith("lm_head.weight") for name in weights)
     numbers["tie_word_embeddings"] = True if tied is None else bool(tied)
-    notes += _unmodelled(text)
+    notes += model_families.unmodelled(text)
+    numbers.update(model_families.numbers(text))
     facts = meta_facts(Path(config_json).parent) if not weights else None
     if weights:
         num_parameters = sum(_numel(shape) for shape in weights.values())
@@ -172,25 +175,6 @@ def _numbers(text: dict, notes: list[str]) -> dict:
         numbers["max_position_embeddings"] = 2048
         notes.append("config.json has no max_position_embeddings: 2048 assumed for vLLM's context")
     return numbers
-
-
-def _unmodelled(text: dict) -> list[str]:
-    """What this architecture has that the planner's formulas do not model."""
-    notes = []
-    if any(text.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts")):
-        notes.append(
-            "mixture of experts: weights count every expert, activations and logits are planned as for one dense FFN "
-            "(routing is not modelled)"
-        )
-    if (
-        text.get("sliding_window")
-        and text.get("use_sliding_window", True)
-        or "sliding_attention" in (text.get("layer_types") or [])
-    ):
-        notes.append(
-            "sliding-window attention: planned as full attention (KV cache and attention over the whole sequence)"
-        )
-    return notes
 
 
 def vision_tower(config: dict, folder: Path) -> dict | None:
@@ -314,6 +298,9 @@ def complete(model: DictConfig) -> list[Problem]:
         if arch["quantization"] is not None and model.get("quantization") is None:  # stored quantized: planned so
             model.quantization = QuantizationConfig(**arch["quantization"])
         model.planner_notes = list(model.get("planner_notes") or []) + arch["planner_notes"]
+        if not model.num_experts and not model.layer_types:  # the option left the family to config.json
+            for key in model_families.FAMILY_KEYS:
+                model[key] = arch[key]
     return []
 
 

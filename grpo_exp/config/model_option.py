@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from grpo_exp.config.model_families import FAMILY_KEYS
 from grpo_exp.config.model_info import ModelInfoError, find_config_json, read_architecture
 
 
@@ -34,6 +35,7 @@ def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
         f"max_position_embeddings: {arch['max_position_embeddings']}",
         f"num_parameters: {arch['num_parameters']}",
     ]
+    lines += family_lines(arch)
     if arch.get("vision"):
         lines.append(f"vision_parameters: {arch['vision_parameters']}  # the vision tower's, within num_parameters")
         lines.append(
@@ -44,6 +46,31 @@ def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
         lines.append("planner_notes:  # what the planner does not model for this architecture")
         lines += [f"  - {json.dumps(note)}" for note in arch["planner_notes"]]
     return "\n".join(lines) + "\n"
+
+
+# The family numbers' comments: what each changes in the plan (planning/moe.py, planning/layer_types.py).
+FAMILY_COMMENTS = {
+    "num_experts": "every expert is in the weights, gradients and optimizer states",
+    "num_experts_per_tok": "top-k: each token's saved expert activations scale with it",
+    "moe_intermediate_size": "one expert's width: a ZeRO-3 rank gathers a layer's experts at once",
+    "shared_expert_intermediate_size": "the shared expert: a dense MLP every token runs",
+    "mlp_only_layers": "layers with a dense MLP",
+    "output_router_logits": "the aux loss keeps every layer's router logits (tokens x experts)",
+    "sliding_window": "a sliding layer's KV cache holds this many tokens",
+    "layer_types": "KV cache and activations per layer type",
+}
+
+
+def family_lines(arch: dict) -> list[str]:
+    """The mixture-of-experts and layer-type numbers of a model that has them (none for a dense decoder)."""
+    lines = []
+    for key in FAMILY_KEYS:
+        value = arch.get(key)
+        if value in (None, 0, [], False) or (key == "output_router_logits" and not arch.get("num_experts")):
+            continue
+        comment = f"  # {FAMILY_COMMENTS[key]}" if key in FAMILY_COMMENTS else ""
+        lines.append(f"{key}: {json.dumps(value)}{comment}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, is_number
 from grpo_exp import data as loaders
-from grpo_exp.config.schema import DTYPES
+from grpo_exp.config.model_schema import DTYPES
 from grpo_exp.config.trl_schema import DEBUG_OPTIONS, SCHEDULER_KWARGS
 
 
@@ -91,8 +91,8 @@ def _evaluation_rules(cfg: DictConfig) -> list[Problem]:
 
 
 def _sampling_and_model_rules(cfg: DictConfig) -> list[Problem]:
-    """vLLM's importance-sampling clip, the model's dtype and quantization, LoRA on the LM head."""
-    return _sampling_rules(cfg) + _model_rules(cfg)
+    """vLLM's importance-sampling clip, the model's dtype and quantization, LoRA on the LM head and on parameters."""
+    return _sampling_rules(cfg) + _model_rules(cfg) + _peft_rules(cfg)
 
 
 def _sampling_rules(cfg: DictConfig) -> list[Problem]:
@@ -164,6 +164,12 @@ def _model_rules(cfg: DictConfig) -> list[Problem]:
                 f"use one of: {', '.join(DTYPES)}",
             )
         )
+    return problems
+
+
+def _peft_rules(cfg: DictConfig) -> list[Problem]:
+    """What TRL and PEFT refuse of the peft group once the model loads."""
+    problems = []
     if cfg.peft.enabled and "lm_head" in cfg.peft.target_modules:
         problems.append(
             Problem(
@@ -171,6 +177,15 @@ def _model_rules(cfg: DictConfig) -> list[Problem]:
                 "includes lm_head: TRL computes log-probs from lm_head.weight directly, so an adapter there would "
                 "never train (TRL refuses it)",
                 "remove lm_head from peft.target_modules",
+            )
+        )
+    if cfg.peft.enabled and cfg.peft.target_parameters and cfg.peft.lora_dropout:
+        problems.append(
+            Problem(
+                "peft.lora_dropout",
+                f"is {cfg.peft.lora_dropout}: LoRA on parameters (peft.target_parameters, PEFT's ParamWrapper) does "
+                "not work with dropout (PEFT raises 'lora.ParamWrapper does not work with lora_dropout != 0')",
+                "set peft.lora_dropout=0",
             )
         )
     return problems

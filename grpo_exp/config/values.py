@@ -7,7 +7,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, is_number
 from grpo_exp.config import trackers
-from grpo_exp.config.schema import DTYPES
+from grpo_exp.config.model_schema import DTYPES
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 
 VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")

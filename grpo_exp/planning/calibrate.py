@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from grpo_exp import GIB
+from grpo_exp.config.model_schema import ModelConfig
 from grpo_exp.core import metrics, rundir
 from grpo_exp.planning import inputs, memory, plan_file, planner, vllm_engine
 from grpo_exp.planning.calibration import ENGINE, HOST, fit, fit_ratio, predict
@@ -35,6 +36,8 @@ def sample(run_dir: Path) -> dict | None:
     if measured is None or not config.exists():
         return None
     cfg = OmegaConf.load(config)
+    # a run frozen before a model field existed (the families' numbers) reads that field's default
+    cfg.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg.model)
     cfg.preflight.calibration = None  # the planner's own figures: factors are fitted against them
     plan, _ = planner.plan_and_estimate(cfg, plan_file.read(run_dir).get("gpus_per_node") or 0, str(config))
     x = inputs.inputs(cfg, plan)

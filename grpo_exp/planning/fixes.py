@@ -7,7 +7,8 @@ from dataclasses import replace
 from omegaconf import DictConfig
 
 from grpo_exp import DECODER_LINEAR_LAYERS, GIB
-from grpo_exp.planning.inputs import Inputs, inputs, lora_params
+from grpo_exp.planning.inputs import Inputs, inputs
+from grpo_exp.planning.lora import lora_params
 from grpo_exp.planning.memory import Estimate, estimate
 
 
@@ -97,7 +98,7 @@ def _sharding_changes(x: Inputs) -> list[tuple]:
     if x.zero_stage >= 2 and not x.offload_optimizer:
         offloaded = replace(x, offload_optimizer=True, offload_params=x.zero_stage == 3)
         changes.append(("deepspeed", f"zero{x.zero_stage}_offload", offloaded, f"deepspeed=zero{x.zero_stage}_offload"))
-    if not x.lora_params:
+    if not x.lora_params and not x.experts:  # a MoE's experts are no layers peft=lora adapts (target_parameters)
         lora = lora_params(
             x.hidden, x.heads * x.head_dim, x.kv_dim, x.intermediate, x.layers, x.vocab, 16, DECODER_LINEAR_LAYERS
         )

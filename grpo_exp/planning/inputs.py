@@ -9,12 +9,13 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import GIB
-from grpo_exp.config import env
+from grpo_exp.config import env, model_families
 from grpo_exp.core import packages
-from grpo_exp.planning import calibration, placement, prompt_tokens, vision
+from grpo_exp.planning import calibration, lora, placement, prompt_tokens, vision
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
-QK_NORM_MODELS = ("qwen3", "qwen3_moe")  # q_norm / k_norm in every attention layer
+QK_NORM_MODELS = ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text")  # q_norm / k_norm in attention
+SANDWICH_NORM_MODELS = ("gemma2", "gemma3", "gemma3_text")  # post-attention and post-MLP norms too
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ class Inputs:
     gradient_accumulation: int = 1  # gradient_accumulation_steps: gradients outlive the optimizer step's phase
     device: str = "cuda"
     autocast: bool = False  # 16-bit autocast over float32 weights (GRPOConfig bf16/fp16 with model.dtype float32)
-    qk_norm: bool = False  # RMSNorm on q and k (Qwen3): more saved activations
+    qk_norm: bool = False  # RMSNorm on q and k (Qwen3, Gemma-3): more saved activations
+    sandwich_norms: bool = False  # norms after attention and the MLP too (Gemma-2/3): one more fp32 hidden copy
     address_space_limited: bool = False  # a CPU rank under memory.limit_gib (RLIMIT_DATA)
     # DeepSpeed's buffers, in elements (zero_optimization; "auto" as the HF integration fills it)
     reduce_bucket: float = 5e8
@@ -96,6 +98,29 @@ class Inputs:
     # of one sequence's images (data.images_per_prompt x the patches of one image): vision.py
     vision: object = None
     vision_patches: int = 0
+    # A mixture of experts (families.py; 0 experts: dense): routed experts, top-k, one expert's width, the shared
+    # expert's, how many layers are MoE (the rest dense), transformers' experts backend
+    experts: int = 0
+    top_k: int = 0
+    expert_width: int = 0
+    shared_width: int = 0
+    moe_layers: int = 0
+    experts_backend: str = "grouped_mm"
+    # Layers by attention type (the rest full attention): sliding-window ones and their window; state layers (Gated
+    # DeltaNet, Mamba2) and their numbers: conv channels, value channels, heads and head dims, conv kernel
+    sliding_layers: int = 0
+    sliding_window: int = 0
+    linear_layers: int = 0
+    linear_conv_dim: int = 0
+    linear_value_dim: int = 0
+    linear_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+
+    @property
+    def full_layers(self) -> int:
+        return self.layers - self.sliding_layers - self.linear_layers
 
     @property
     def kv_dim(self) -> int:
@@ -127,40 +152,6 @@ def quantized_bytes_per_weight(q) -> float:
     if q.method in ("bitsandbytes", "fp8") or q.bits == 8:
         return q.bits / 8 + (0.0 if q.method == "fp8" else 4 / 4096)
     return q.bits / 8 + 2.5 / 128
-
-
-def lora_params(
-    hidden: int, q_dim: int, kv_dim: int, intermediate: int, layers: int, vocab: int, r: int, targets
-) -> int:
-    """Adapter parameters: r x (in + out) for every targeted layer (an embedding's in is the vocabulary)."""
-    shapes = {
-        "q_proj": (hidden, q_dim),
-        "k_proj": (hidden, kv_dim),
-        "v_proj": (hidden, kv_dim),
-        "o_proj": (q_dim, hidden),
-        "gate_proj": (hidden, intermediate),
-        "up_proj": (hidden, intermediate),
-        "down_proj": (intermediate, hidden),
-    }
-    per_layer = sum(r * sum(shapes[t]) for t in targets if t in shapes)
-    once = r * (hidden + vocab) * sum(t in targets for t in ("lm_head", "embed_tokens"))  # not per layer
-    return per_layer * layers + once
-
-
-def lora_trainable(cfg: DictConfig) -> int:
-    if not cfg.peft.enabled:
-        return 0
-    m = cfg.model
-    return lora_params(
-        m.hidden_size,
-        m.num_attention_heads * m.head_dim,
-        m.num_key_value_heads * m.head_dim,
-        m.intermediate_size,
-        m.num_hidden_layers,
-        m.vocab_size,
-        cfg.peft.r,
-        cfg.peft.target_modules,
-    )
 
 
 def activation_checkpointing(trainer: DictConfig) -> bool:
@@ -244,9 +235,8 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         ref_model=t.beta > 0 and not cfg.peft.enabled,
         scores=_scores(cfg),
         agentic=env.active(cfg),
-        lora_params=lora_trainable(cfg),
+        lora_params=lora.trainable(cfg),
         autocast=DTYPE_BYTES[m.dtype] == 4 and bool(t.bf16 or t.fp16),
-        qk_norm=m.model_type in QK_NORM_MODELS,
         address_space_limited=plan.device == "cpu" and cfg.memory.limit_gib is not None,
         tied=bool(m.tie_word_embeddings),
         calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
@@ -260,11 +250,38 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         vision_patches=cfg.data.images_per_prompt * vision.image_patches(_vision(cfg), cfg.data.image_size)
         if cfg.model.get("vision") is not None
         else 0,
+        **_families(cfg.model),
         **_deepspeed(cfg),
         **_fsdp(cfg, plan),
         **_quantization(cfg),
         **_vllm_engine(cfg, capacity),
     )
+
+
+def _families(m) -> dict:
+    """The Inputs fields (`m`: model.*) of a mixture of experts and of layers by attention type."""
+    n = model_families.counts(m)
+    key_dim = m.linear_num_key_heads * m.linear_key_head_dim
+    value_dim = m.linear_num_value_heads * m.linear_value_head_dim
+    return {
+        "qk_norm": m.model_type in QK_NORM_MODELS,
+        "sandwich_norms": m.model_type in SANDWICH_NORM_MODELS,
+        "experts": m.num_experts,
+        "top_k": m.num_experts_per_tok,
+        "expert_width": m.moe_intermediate_size,
+        "shared_width": m.shared_expert_intermediate_size,
+        "moe_layers": m.num_hidden_layers - len(m.mlp_only_layers) if m.num_experts else 0,
+        "experts_backend": m.experts_implementation,
+        "sliding_layers": n["sliding"],
+        "sliding_window": m.sliding_window or 0,
+        "linear_layers": n["linear"],
+        "linear_conv_dim": 2 * key_dim + value_dim,
+        "linear_value_dim": value_dim,
+        "linear_value_heads": m.linear_num_value_heads,
+        "linear_key_head_dim": m.linear_key_head_dim,
+        "linear_value_head_dim": m.linear_value_head_dim,
+        "linear_conv_kernel": m.linear_conv_kernel_dim,
+    }
 
 
 def _scores(cfg: DictConfig) -> bool:

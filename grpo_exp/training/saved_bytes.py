@@ -22,6 +22,7 @@ layer + the largest single layer measured without checkpointing.
 
 from dataclasses import dataclass
 
+from grpo_exp.config.model_families import hf_kwargs
 from grpo_exp.config.model_info import ARCH_KEYS
 
 # What one decoder layer is built from: the model's numbers (model_info.ARCH_KEYS) and its type.
@@ -37,16 +38,22 @@ class Saved:
 
 
 def _model(arch: dict, layers: int, dtype: str = "float32"):
+    """A random-init model of `arch` (LAYER_KEYS, and a family's numbers: model_families.hf_kwargs; its experts
+    backend as `experts_implementation`) with `layers` decoder layers, patched as GRPOTrainer patches it."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
+    family = hf_kwargs(arch)
+    if family.get("layer_types"):  # the first `layers` of them
+        family["layer_types"] = family["layer_types"][:layers]
     config = AutoConfig.for_model(
-        arch["model_type"], **{k: arch[k] for k in LAYER_KEYS if k != "model_type"}, num_hidden_layers=layers
+        arch["model_type"], **{k: arch[k] for k in LAYER_KEYS if k != "model_type"}, **family, num_hidden_layers=layers
     )
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    backend = {"experts_implementation": arch["experts_implementation"]} if arch.get("num_experts") else {}
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype), **backend)
     add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))  # as GRPOTrainer does
     return model.train()
 

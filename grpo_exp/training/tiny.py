@@ -1,4 +1,5 @@
-"""The default model: a random-init Qwen2 built from `conf/model/tiny.yaml`, with a byte-level BPE
+"""The default model: a random-init Qwen2 built from `conf/model/tiny.yaml` (tiny-moe, tiny-sliding, tiny-hybrid: a
+Qwen3-MoE, Gemma-3 or Qwen3-Next of its size, their family's numbers from model_families), with a byte-level BPE
 tokenizer trained here on the toy-math vocabulary and a ChatML chat template that renders tool calls
 (Qwen's `<tool_call>{json}</tool_call>` form, with the response template TRL parses them by). Nothing
 touches a hub.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from grpo_exp.config.model_families import hf_kwargs
 from grpo_exp.config.model_info import ARCH_KEYS, tiny_model_path
 from grpo_exp.core import tiny_tokenizer
 from grpo_exp.core.tiny_tokenizer import CHAT_TEMPLATE, MARKUP_TOKENS, RESPONSE_TEMPLATE
@@ -26,7 +28,7 @@ from grpo_exp.training.tool_warm_start import warm_start
 def tiny_model_dir(model_cfg: DictConfig, tool_sets: list | None = None) -> Path:
     """Where the tiny model for these architecture numbers lives (built if missing); with `tool_sets`, the
     one warm-started on calls of those tools."""
-    arch = {k: model_cfg[k] for k in ARCH_KEYS}
+    arch = {"model_type": model_cfg.model_type, **{k: model_cfg[k] for k in ARCH_KEYS}} | hf_kwargs(model_cfg)
     path = tiny_model_path(model_cfg, tool_sets)
     if not (path / "READY").exists():
         from filelock import FileLock
@@ -40,7 +42,7 @@ def tiny_model_dir(model_cfg: DictConfig, tool_sets: list | None = None) -> Path
 
 def _build(arch: dict, path: Path, tool_sets: list) -> None:
     import torch
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
     bpe = tiny_tokenizer.train_bpe(arch["vocab_size"], tool_sets)
     tokenizer = PreTrainedTokenizerFast(
@@ -54,13 +56,13 @@ def _build(arch: dict, path: Path, tool_sets: list) -> None:
     assert len(tokenizer) <= arch["vocab_size"], "tokenizer outgrew model.vocab_size"
 
     torch.manual_seed(0)
-    config = Qwen2Config(
+    config = AutoConfig.for_model(
         **arch,
         bos_token_id=None,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    model = Qwen2ForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if tool_sets:

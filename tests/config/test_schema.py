@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config import model_info, schema_gen, trl_schema
+from grpo_exp.config import model_families, model_info, schema_gen, trl_schema
 from grpo_exp.config.keys import ALIASES, OWNED_TRAINER_FIELDS
 from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import TrainerConfig, VllmConfig
@@ -38,7 +38,7 @@ MATRIX = [
 
 def test_every_group_has_options():
     assert {g: len(group_options(g)) for g in GROUPS} == {
-        "model": 15,
+        "model": 24,
         "data": 5,
         "trainer": 1,
         "vllm": 3,
@@ -67,9 +67,11 @@ def test_option_composes_and_builds(group, option, tmp_path, request):
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     assert args.num_generations == cfg.trainer.num_generations
     extra = cfg.trainer.model_init_kwargs
+    backend = {"experts_implementation": cfg.model.experts_implementation} if cfg.model.num_experts else {}
     assert args.model_init_kwargs == {
         **(OmegaConf.to_container(extra) if extra is not None else {}),
         "dtype": cfg.model.dtype,
+        **backend,  # a mixture of experts loads with the experts backend it was planned with
     }
     assert args.use_vllm == (cfg.vllm.mode != "off")
     if cfg.vllm.mode != "off":
@@ -192,17 +194,19 @@ def test_bf16_follows_model_dtype():
 
 @pytest.mark.parametrize("option", [o for o in group_options("model") if o not in ("tiny", "auto")])
 def test_model_numbers_match_transformers_parameter_count(option):
-    """The architecture numbers in conf/model reproduce the model's exact parameter count."""
+    """The architecture numbers in conf/model (a family's too: experts, layer types) reproduce the model's exact
+    parameter count."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     m = compose_cfg(f"model={option}").model
     arch = {k: m[k] for k in model_info.ARCH_KEYS}
-    config = AutoConfig.for_model(m.model_type, **arch)
+    config = AutoConfig.for_model(m.model_type, **arch, **model_families.hf_kwargs(m))
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     assert sum(p.numel() for p in model.parameters()) == m.num_parameters
-    assert m.name == option and "/" in m.name_or_path
+    assert m.name == option and (m.name_or_path is None) == option.startswith("tiny-")
+    assert option.startswith("tiny-") or "/" in m.name_or_path
 
 
 def test_tiny_model_count_matches_yaml(model_cache, monkeypatch):

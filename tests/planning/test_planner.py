@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from grpo_exp.planning import fixes, inputs, memory, placement, planner, vllm_engine
+from grpo_exp.planning import activations, fixes, lora, memory, placement, planner, vllm_engine
 from tests.helpers import compose_cfg, group_options, planned, run_job
 
 GIB = 2**30
@@ -48,7 +48,7 @@ def test_lora_trainable_parameters_hand_computed():
     cfg = compose_cfg("model=qwen7b", "peft=lora")
     h, kv, f, L = 3584, 4 * 128, 18944, 28
     per_layer = 16 * ((h + h) + 2 * (h + kv) + (h + h) + 2 * (h + f) + (f + h))
-    assert inputs.lora_trainable(cfg) == per_layer * L
+    assert lora.trainable(cfg) == per_layer * L
     x = plan_inputs("model=qwen7b", "peft=lora", "topology=1x8")
     states = memory.model_states(x)
     assert states["weights"] == 2 * P7 + 4 * x.lora_params  # frozen bf16 base + fp32 adapters
@@ -66,7 +66,7 @@ def test_activation_logit_and_kv_components_hand_computed():
     )
     c = memory.estimate_train(x).components
     s, h, q, kv, f, V, C = 1536, 3584, 3584, 512, 18944, 152064, 1024
-    c_h, c_q, c_kv, c_f, _ = memory.ACTIVATION_BYTES_PER_TOKEN["bf16"]  # qwen2: no q/k norm
+    c_h, c_q, c_kv, c_f, _ = activations.ACTIVATION_BYTES_PER_TOKEN["bf16"]  # qwen2: no q/k norm
     # + GQA keys/values repeated (padding)
     per_layer = 2 * s * (c_h * h + c_q * q + c_kv * kv + c_f * f + 2 * (q - kv) * 2)
     assert c["activations"] == pytest.approx(28 * per_layer)

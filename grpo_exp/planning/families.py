@@ -1,0 +1,85 @@
+"""The planner's terms for the model families GRPO trains now: a mixture of experts (its routed experts, top-k per
+token, its experts backend) and layers by attention type (sliding windows, Gated DeltaNet / Mamba2 state layers).
+Pure arithmetic over Inputs (inputs.py); memory.py and vllm_engine.py call it. A dense full-attention decoder gets
+exactly the dense formulas (every term below is 0 or the dense one).
+
+Saved activations per token, measured with training/saved_bytes.py's hooks on random-init models (fp32, CPU,
+docs/memory-planner.md "Models of now"):
+- an expert each token is routed to: 4 copies of its width (gate, up, activation, product: like a dense MLP's 4 of
+  the intermediate) and its input and output rows: 3.05 x hidden with transformers' eager loop (its per-expert
+  gather, output and weighted copy), 2.07 x hidden with grouped_mm and batched_mm (one sorted copy in, one out);
+  batched_mm also keeps each token's selected expert weights (gate_up and down: 3 x hidden x width) for backward;
+- the router: its fp32 softmax over the experts;
+- a Gated DeltaNet layer's chunked delta rule: 10.6 elements per channel of its conv (keys, queries, values) and
+  value outputs, in place of attention's.
+"""
+
+from grpo_exp.planning.inputs import Inputs
+
+# Bytes (in the activations' element size) an expert slot keeps per token beyond 4 x its width, by experts backend.
+EXPERT_ROW_COPIES = {"eager": 3.05, "grouped_mm": 2.07, "batched_mm": 2.07}
+ROUTER_BYTES_PER_EXPERT = 4  # the router's softmax, fp32 whatever the weights
+LINEAR_ATTENTION_ELEMENTS_PER_CHANNEL = 10.6  # Gated DeltaNet, per (conv channels + value channels), per token
+VLLM_BLOCK = 16  # vLLM's default KV block size (tokens per page)
+SANDWICH_NORM_BYTES = 4  # per hidden unit per token (measured on Gemma-3: one fp32 copy of the hidden state)
+
+
+def moe_mlp_saved_per_token(x: Inputs) -> float:
+    """What one MoE layer's feed-forward keeps per token for backward: the router, each of the top-k experts'
+    intermediates and rows, a shared expert as a dense MLP (`dense_mlp_per_unit` per unit of width)."""
+    e = x.activation_bytes
+    per_expert = (4 * x.expert_width + EXPERT_ROW_COPIES[x.experts_backend] * x.hidden) * e
+    if x.experts_backend == "batched_mm":  # each token's selected gate_up and down weights, gathered per token
+        per_expert += 3 * x.hidden * x.expert_width * x.dtype_bytes
+    return ROUTER_BYTES_PER_EXPERT * x.experts + x.top_k * per_expert
+
+
+def linear_attention_saved_per_token(x: Inputs) -> float:
+    """A Gated DeltaNet (or Mamba2) layer's mixer, per token: its conv channels and value outputs, as measured."""
+    return LINEAR_ATTENTION_ELEMENTS_PER_CHANNEL * (x.linear_conv_dim + x.linear_value_dim) * x.activation_bytes
+
+
+def largest_expert_gather(x: Inputs) -> float:
+    """The largest module a ZeRO-3 rank gathers in a mixture of experts: one layer's experts (gate_up and down of
+    every expert), at the weights' bytes; 0 for a dense model."""
+    return x.experts * 3 * x.hidden * x.expert_width * x.dtype_bytes if x.moe_layers else 0.0
+
+
+# --- the KV cache by layer type -----------------------------------------------------------------------------------
+
+
+def state_elements(x: Inputs) -> float:
+    """One state layer's fixed state per sequence: the causal conv's last kernel - 1 inputs over its channels, and
+    the recurrent state, value heads x key dim x value dim (vLLM's MambaSpec: conv + temporal state)."""
+    if not x.linear_layers:
+        return 0.0
+    recurrent = x.linear_value_heads * x.linear_key_head_dim * x.linear_value_head_dim
+    return (x.linear_conv_kernel - 1) * x.linear_conv_dim + recurrent
+
+
+def hf_cache_bytes(x: Inputs, seq: int, sequences: int) -> float:
+    """transformers' generate cache for `sequences` of `seq` tokens: full layers all of them, sliding layers their
+    window (its sliding cache layers), state layers their fixed state."""
+    per_token = 2 * x.kv_dim * x.dtype_bytes
+    attention = (x.full_layers * seq + x.sliding_layers * min(seq, x.sliding_window or seq)) * per_token
+    return sequences * (attention + x.linear_layers * state_elements(x) * x.dtype_bytes)
+
+
+def vllm_page_tokens(x: Inputs, kv_layer_token: float, element: int) -> int:
+    """vLLM's block size: 16 tokens, raised for a model with state layers until an attention page holds a state
+    (HybridAttentionMambaModelConfig.verify_and_update_config), in multiples of 16."""
+    if not x.linear_layers or kv_layer_token <= 0:
+        return VLLM_BLOCK
+    state = state_elements(x) * element / x.vllm_tp
+    return max(VLLM_BLOCK, -(-int(state / kv_layer_token) // VLLM_BLOCK) * VLLM_BLOCK)
+
+
+def vllm_request_bytes(x: Inputs, length: int, kv_layer_token: float, element: int) -> float:
+    """What one request of `length` tokens can take from vLLM's KV cache (v1/kv_cache_interface.py, max_memory_usage_
+    bytes of each spec): a full layer `length` tokens, a sliding layer its window plus a step's batched tokens and a
+    page (SlidingWindowSpec), a state layer one page (MambaSpec), all in whole pages."""
+    block = vllm_page_tokens(x, kv_layer_token, element)
+    page = block * kv_layer_token
+    pages = -(-length // block)
+    sliding = min(pages, -(-((x.sliding_window or 0) - 1 + x.vllm_batched_tokens) // block) + 1)
+    return page * (x.full_layers * pages + x.sliding_layers * sliding + x.linear_layers)

@@ -1,0 +1,210 @@
+"""The models GRPO trains now, planned as they run: a mixture of experts (top-k, the experts backend, LoRA on the fused
+experts, ZeRO-3's gather of a layer's experts), sliding-window layers and linear-attention state layers (their KV
+cache in transformers' generate and in vLLM's hybrid KV cache manager), read from config.json by model=auto; the
+saved-for-backward bytes of tiny random-init models of each family against the plan."""
+
+import dataclasses
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from grpo_exp.config import model_families
+from grpo_exp.config.model_info import read_architecture
+from grpo_exp.planning import activations, families, memory, vllm_engine
+from tests.helpers import CONF, planned
+
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": False,
+}  # fmt: skip
+# Gemma-3 as published: a multimodal wrapper whose text_config leaves vocab_size to transformers' default.
+GEMMA3_12B = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+    "text_config": {"model_type": "gemma3_text", "hidden_size": 3840, "intermediate_size": 15360,
+                    "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+                    "sliding_window": 1024, "sliding_window_pattern": 6, "rope_theta": 1000000.0},
+    "torch_dtype": "bfloat16",
+}  # fmt: skip
+QWEN3_NEXT = {
+    "architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", "hidden_size": 2048,
+    "intermediate_size": 5120, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "num_experts": 512, "num_experts_per_tok": 10, "vocab_size": 151936, "max_position_embeddings": 262144,
+    "full_attention_interval": 4, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+}  # fmt: skip
+NEMOTRON_H_PATTERN = "M-M-M*-M-M-"
+
+
+def config_dir(tmp_path, name: str, config: dict):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_model_info_reads_a_mixture_of_experts(tmp_path):
+    arch = read_architecture(config_dir(tmp_path, "moe", QWEN3_30B_A3B) / "config.json")
+    assert (arch["num_experts"], arch["num_experts_per_tok"], arch["moe_intermediate_size"]) == (128, 8, 768)
+    assert arch["mlp_only_layers"] == [] and arch["layer_types"] == []
+    assert model_families.kind(OmegaConf.create({**arch, "num_hidden_layers": 48})) == "128 experts, 8 active"
+    assert not any("not modelled" in n or "dense FFN" in n for n in arch["planner_notes"])
+    sparse_every_2 = read_architecture(
+        config_dir(tmp_path, "s2", {**QWEN3_30B_A3B, "decoder_sparse_step": 2}) / "config.json"
+    )
+    assert sparse_every_2["mlp_only_layers"] == list(range(0, 48, 2))  # layers 1, 3, ... are sparse
+
+
+def test_model_info_reads_layer_types_and_transformers_defaults(tmp_path):
+    """Gemma-3's sliding_window_pattern, Qwen3-Next's full_attention_interval, Nemotron-H's hybrid pattern; and
+    Gemma-3's published config.json, whose text_config leaves vocab_size to transformers (it used to be refused)."""
+    gemma = read_architecture(config_dir(tmp_path, "gemma", GEMMA3_12B) / "config.json")
+    assert gemma["vocab_size"] == 262208  # Gemma3TextConfig's default
+    assert gemma["layer_types"].count("full_attention") == 8 and gemma["sliding_window"] == 1024
+    nxt = read_architecture(config_dir(tmp_path, "next", QWEN3_NEXT) / "config.json")
+    assert nxt["layer_types"].count("linear_attention") == 36
+    assert model_families.kind(OmegaConf.create(nxt)) == (
+        "512 experts, 10 active; 36 of 48 layers linear attention (a state per sequence)"
+    )
+    pattern = model_families.numbers({"num_hidden_layers": 11, "hybrid_override_pattern": NEMOTRON_H_PATTERN,
+                                      "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 128,
+                                      "n_groups": 8, "conv_kernel": 4})  # fmt: skip
+    assert pattern["layer_types"].count("mamba") == 5 and pattern["linear_key_head_dim"] == 128
+
+
+def test_model_options_carry_the_published_numbers():
+    for name, (experts, active, params) in {
+        "qwen3-30b-a3b": (128, 8, 30.5e9),
+        "qwen3-235b-a22b": (128, 8, 235.1e9),
+        "gpt-oss-20b": (32, 4, 20.9e9),
+        "gpt-oss-120b": (128, 4, 116.8e9),
+        "qwen3-next-80b-a3b": (512, 10, 79.7e9),
+    }.items():
+        m = OmegaConf.load(CONF / "model" / f"{name}.yaml")
+        assert (m.num_experts, m.num_experts_per_tok) == (experts, active), name
+        assert abs(m.num_parameters - params) / params < 0.002, (name, m.num_parameters)
+    gemma = OmegaConf.load(CONF / "model" / "gemma3-1b.yaml")
+    assert gemma.sliding_window == 512 and gemma.layer_types.count("full_attention") == 4
+
+
+MOE = ("model=qwen3-30b-a3b", "topology=1x8", "topology.gpu_memory_gib=80", "deepspeed=zero3")
+
+
+def test_top_k_and_the_experts_backend_change_the_train_phase():
+    def activations(*more):
+        return planned(*MOE, "trainer.activation_checkpointing=false", *more).memory["train"]["components_gib"][
+            "activations"
+        ]
+
+    top8, top2 = activations(), activations("model.num_experts_per_tok=2")
+    assert top8 > 1.5 * top2
+    eager, batched = (
+        activations("model.experts_implementation=eager"),
+        activations("model.experts_implementation=batched_mm"),
+    )
+    assert top8 < eager < batched and batched > 10 * top8  # batched_mm copies each token's experts' weights
+    assert planned(*MOE).memory["train"]["notes"] is not None
+
+
+def test_lora_on_expert_weights_is_planned():
+    base = ("peft=lora", "peft.target_modules=[q_proj,k_proj,v_proj,o_proj]")
+    attention = planned(*MOE, *base).inputs.lora_params
+    experts = planned(*MOE, *base, "peft.target_parameters=[mlp.experts.gate_up_proj,mlp.experts.down_proj]")
+    # r x experts x (in + out) for gate_up (2048 -> 1536) and down (768 -> 2048), in each of 48 layers
+    assert experts.inputs.lora_params - attention == 16 * 128 * ((2048 + 1536) + (768 + 2048)) * 48
+
+
+def test_zero3_gathers_a_layers_experts_not_a_dense_mlp():
+    x = planned("model=qwen3-235b-a22b", *MOE[1:], "vllm=server", "topology=2x8").inputs
+    gathered = memory.estimate_train(x).components["zero3_gather"]
+    assert gathered == families.largest_expert_gather(x) == 128 * 3 * 4096 * 1536 * 2
+    assert gathered > 4 * x.vocab * x.hidden  # the dense rule's largest module: the embedding in fp32
+
+
+def test_kv_heads_are_replicated_when_tensor_parallel_exceeds_them():
+    x = planned(*MOE, "topology=2x8", "vllm=server", "vllm.nodes=1", "vllm.tensor_parallel_size=8").inputs  # 4 KV heads
+    assert vllm_engine.kv_bytes_per_layer_token(x) == 2 * 1 * 128 * 2  # one head per rank, not half of one
+
+
+def test_sliding_windows_bound_the_kv_cache():
+    """Gemma-3-12B's numbers at its 131072-token context on one 80 GiB server GPU: full attention would need 48
+    GiB of KV cache per request; 40 sliding layers at a 1024 window need ~11 GiB, so vLLM starts."""
+    config = {**GEMMA3_12B["text_config"], "vocab_size": 262208, "max_position_embeddings": 131072}
+    common = ("topology=1x2", "topology.gpu_memory_gib=80", "vllm=server", "peft=lora", "model=gemma3-1b")
+    sliding = planned(*common, *_numbers(config))
+    full = planned(*common, *_numbers(config), "model.layer_types=[]", "model.sliding_window=null")
+    assert sliding.memory["vllm_engine"]["starts"] and not full.memory["vllm_engine"]["starts"]
+    x = sliding.inputs
+    assert families.hf_cache_bytes(x, 4096, 1) < families.hf_cache_bytes(
+        dataclasses.replace(x, sliding_layers=0), 4096, 1
+    )
+    assert any("sliding layers at their 1024-token window" in n for n in sliding.memory["vllm_engine"]["notes"])
+
+
+def test_state_layers_hold_a_state_per_sequence_not_a_cache_per_token():
+    x = planned("model=qwen3-next-80b-a3b", "topology=1x2", "topology.gpu_memory_gib=80", "vllm=server").inputs
+    per_layer = vllm_engine.kv_bytes_per_layer_token(x)
+    assert families.vllm_page_tokens(x, per_layer, 2) % 16 == 0 and families.vllm_page_tokens(x, per_layer, 2) > 16
+    long = dataclasses.replace(x, vllm_max_len=2**20)
+    hybrid = families.vllm_request_bytes(long, long.vllm_max_len, per_layer, 2)
+    all_full = families.vllm_request_bytes(dataclasses.replace(long, linear_layers=0), long.vllm_max_len, per_layer, 2)
+    assert all_full > 3.5 * hybrid  # 12 attention layers of 48 hold every token
+    assert families.state_elements(x) == 3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128
+
+
+def _numbers(config: dict) -> list[str]:
+    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "vocab_size", "max_position_embeddings")  # fmt: skip
+    arch = model_families.numbers(config)
+    types = ",".join(arch["layer_types"])
+    return [f"model.{k}={config[k]}" for k in keys] + [
+        "model.num_parameters=12187325040",
+        f"model.layer_types=[{types}]",
+        f"model.sliding_window={arch['sliding_window']}",
+    ]
+
+
+# --- saved-for-backward bytes of tiny random-init models of each family, against the plan -------------------------
+
+FAMILIES = [
+    ("tiny-moe", "eager"),
+    ("tiny-moe", "grouped_mm"),
+    ("tiny-moe", "batched_mm"),
+    ("tiny-sliding", None),
+    ("tiny-hybrid", "grouped_mm"),
+]
+
+
+@pytest.mark.slow  # builds and runs each tiny model's training forward (~2 s each)
+@pytest.mark.parametrize("option,backend", FAMILIES, ids=[f"{o}-{b}" if b else o for o, b in FAMILIES])
+def test_saved_activations_of_each_family_match_the_plan(option, backend):
+    from grpo_exp.training import saved_bytes
+
+    more = [f"model.experts_implementation={backend}"] if backend else []
+    found = planned(f"model={option}", *more)
+    arch = {**OmegaConf.to_container(found.cfg.model, resolve=True)}
+    batch, prompt, completion = 2, 64, 48
+    saved = saved_bytes.measure(arch, layers=found.cfg.model.num_hidden_layers, batch=batch, prompt=prompt,
+                                completion=completion)  # fmt: skip
+    x = dataclasses.replace(found.inputs, batch=batch, prompt=prompt, completion=completion)
+    plan = activations.layers_saved(x, batch * (prompt + completion))[0]
+    assert abs(plan - saved.layers) / saved.layers < 0.10, (option, backend, plan, saved.layers)
+
+
+def test_the_tiny_families_plan_their_kind():
+    assert planned("model=tiny-moe").memory is not None
+    assert model_families.kind(planned("model=tiny-hybrid").cfg.model) == (
+        "4 experts, 2 active; 3 of 4 layers linear attention (a state per sequence)"
+    )
+    assert "2 of 3 layers sliding-window (16)" in model_families.kind(planned("model=tiny-sliding").cfg.model)
+
+
+def test_a_model_of_a_family_is_described_and_not_called_unmodelled():
+    found = planned(*MOE)
+    assert not any("not modelled" in n or "planned as full attention" in n for n in found.memory["notes"])
+    assert found.memory["train"]["phases_gib"]["train"] < found.cfg.topology.gpu_memory_gib
