@@ -28,3 +28,9 @@ case_ e_q15_oom_fit 160 $M15 $BIG preflight.on_oom=fit
 case_ f_q05_zero2 130 $M05 deepspeed=zero2 $SIZE
 case_ c_q15_full_ckpt 110 $M15 $SIZE trainer.activation_checkpointing=true
 case_ b_q15_lora 110 $M15 peft=lora $SIZE
+# A mixture of experts: Qwen3-30B-A3B's layers (128 experts of width 768, 8 active), 4 of them, random weights
+# (3.1B parameters: full fine-tuning fits one H100/H200), with transformers' default grouped_mm experts and eager.
+MOE="model=qwen3-30b-a3b model.name_or_path=null model.num_hidden_layers=4 model.num_parameters=3114814464"
+MOE_SIZE="trainer.per_device_train_batch_size=8 trainer.num_generations=8 trainer.max_completion_length=256"
+case_ g_moe_full 200 $MOE $MOE_SIZE
+case_ h_moe_eager 200 $MOE $MOE_SIZE model.experts_implementation=eager

@@ -174,6 +174,7 @@ def unmodelled(text: dict) -> list[str]:
     if text.get("model_type") == "gpt_oss" or (text.get("quantization_config") or {}).get("quant_method") == "mxfp4":
         notes.append(
             "gpt-oss: its attention sinks (one learned score per head, added to every row's softmax) are planned as "
-            "plain attention; their saved bytes are not counted (one value per head and token)"
+            "plain attention; the published checkpoint's MXFP4 experts are planned at model.dtype (TRL's recipes load "
+            "them dequantized), so a vLLM engine serving MXFP4 holds less than planned"
         )
     return notes

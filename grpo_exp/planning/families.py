@@ -20,7 +20,6 @@ from grpo_exp.planning.inputs import Inputs
 EXPERT_ROW_COPIES = {"eager": 3.05, "grouped_mm": 2.07, "batched_mm": 2.07}
 ROUTER_BYTES_PER_EXPERT = 4  # the router's softmax, fp32 whatever the weights
 LINEAR_ATTENTION_ELEMENTS_PER_CHANNEL = 10.6  # Gated DeltaNet, per (conv channels + value channels), per token
-VLLM_BLOCK = 16  # vLLM's default KV block size (tokens per page)
 SANDWICH_NORM_BYTES = 4  # per hidden unit per token (measured on Gemma-3: one fp32 copy of the hidden state)
 
 
@@ -65,21 +64,45 @@ def hf_cache_bytes(x: Inputs, seq: int, sequences: int) -> float:
     return sequences * (attention + x.linear_layers * state_elements(x) * x.dtype_bytes)
 
 
+# vLLM's KV block (tokens per page): its CUDA attention backends' default, and its CPU backend's.
+VLLM_BLOCK = {"cuda": 16, "cpu": 128}
+
+
 def vllm_page_tokens(x: Inputs, kv_layer_token: float, element: int) -> int:
-    """vLLM's block size: 16 tokens, raised for a model with state layers until an attention page holds a state
-    (HybridAttentionMambaModelConfig.verify_and_update_config), in multiples of 16."""
+    """vLLM's block size: its backend's, raised for a model with state layers until an attention page holds a state
+    (HybridAttentionMambaModelConfig.verify_and_update_config), in multiples of the backend's."""
+    base = VLLM_BLOCK[x.device]
     if not x.linear_layers or kv_layer_token <= 0:
-        return VLLM_BLOCK
+        return base
     state = state_elements(x) * element / x.vllm_tp
-    return max(VLLM_BLOCK, -(-int(state / kv_layer_token) // VLLM_BLOCK) * VLLM_BLOCK)
+    return max(base, -(-int(state / kv_layer_token) // base) * base)
 
 
-def vllm_request_bytes(x: Inputs, length: int, kv_layer_token: float, element: int) -> float:
-    """What one request of `length` tokens can take from vLLM's KV cache (v1/kv_cache_interface.py, max_memory_usage_
-    bytes of each spec): a full layer `length` tokens, a sliding layer its window plus a step's batched tokens and a
-    page (SlidingWindowSpec), a state layer one page (MambaSpec), all in whole pages."""
+def vllm_kv_cache(x: Inputs, kv_bytes: float, kv_layer_token: float, element: int) -> dict:
+    """vLLM's hybrid KV cache manager over `kv_bytes` (v1/core/kv_cache_utils.py, v1/kv_cache_interface.py):
+
+    - layers of one kind (full, sliding, state) form groups of `group_size` layers, the smallest kind's count (the
+      largest's when it is under 1.5 x the smallest), padded (_get_kv_cache_groups_uniform_page_size); a block holds
+      one page of each layer of a group, so the pool has kv_bytes / (page x group_size) blocks;
+    - one max_model_len request takes, per group, every token's blocks on a full layer, its window plus the tokens
+      in flight and a block on a sliding one (SlidingWindowSpec.max_admission_blocks_per_request), one block on a
+      state layer (MambaSpec);
+    - "KV cache size: N tokens" is the maximum concurrency x max_model_len (get_kv_cache_capacity);
+    - it starts when the memory holds every layer's share of one request (check_enough_kv_cache_memory).
+
+    Returns {tokens, concurrency, request_bytes}."""
     block = vllm_page_tokens(x, kv_layer_token, element)
-    page = block * kv_layer_token
-    pages = -(-length // block)
-    sliding = min(pages, -(-((x.sliding_window or 0) - 1 + x.vllm_batched_tokens) // block) + 1)
-    return page * (x.full_layers * pages + x.sliding_layers * sliding + x.linear_layers)
+    page, length = block * kv_layer_token, x.vllm_max_len
+    kinds = {"full": x.full_layers, "sliding": x.sliding_layers, "state": x.linear_layers}
+    counts = [n for n in kinds.values() if n > 0]
+    group_size = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+    in_flight = x.vllm_batched_tokens  # one batch in flight (max_concurrent_batches = 1)
+    blocks = {
+        "full": -(-length // block),
+        "sliding": -(-min((x.sliding_window or 1) - 1 + in_flight, length) // block) + 1,
+        "state": 1,
+    }
+    per_request = sum(-(-n // group_size) * blocks[kind] for kind, n in kinds.items() if n > 0)
+    concurrency = int(kv_bytes // (page * group_size)) / per_request
+    needed = sum(n * blocks[kind] * page for kind, n in kinds.items())
+    return {"tokens": int(concurrency * length), "concurrency": concurrency, "request_bytes": needed}

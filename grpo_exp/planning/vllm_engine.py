@@ -76,18 +76,15 @@ def kv_bytes_per_layer_token(x: Inputs) -> float:
 
 
 def kv_bytes_per_token(x: Inputs) -> float:
-    """What one token of "GPU KV cache size" costs: vLLM unifies every layer's page size and gives every group of
-    layers the same pages (v1/core/kv_cache_utils.py), so the logged tokens are as if every layer were full
-    attention."""
+    """K and V of every layer for one token, per TP shard: what a dense model's logged KV cache tokens cost."""
     return x.layers * kv_bytes_per_layer_token(x)
 
 
-def request_bytes(x: Inputs) -> float:
-    """The KV cache one max_model_len request can take: vLLM starts only when the cache holds one (its
-    check_enough_kv_cache_memory), and its maximum concurrency is the cache over this (families.py: sliding layers
-    bounded by their window, state layers one page)."""
+def kv_cache(x: Inputs, kv_bytes: float) -> dict:
+    """What vLLM makes of `kv_bytes` of KV cache for this model: {tokens (as it logs them), concurrency for one
+    max_model_len request, request_bytes (what starting needs)}, by layer type (families.vllm_kv_cache)."""
     element = 1 if x.vllm_kv_dtype.startswith("fp8") else x.vllm_dtype_bytes
-    return families.vllm_request_bytes(x, x.vllm_max_len, kv_bytes_per_layer_token(x), element)
+    return families.vllm_kv_cache(x, kv_bytes, kv_bytes_per_layer_token(x), element)
 
 
 def profile_activations(x: Inputs) -> float:
@@ -148,27 +145,27 @@ def estimate(x: Inputs, server: bool) -> Engine:
     if server and x.weight_sync == "nccl":
         c["weight_sync_buffers"] = WEIGHT_SYNC_BUFFERS
         used += WEIGHT_SYNC_BUFFERS
-    per_token, needed = kv_bytes_per_token(x), request_bytes(x)
-    tokens = c["kv_cache"] / per_token
+    kv = kv_cache(x, c["kv_cache"])
     notes = []
     if c["kv_cache"] <= 0:
         notes.append(
             "no memory left for the KV cache within gpu_memory_utilization (vLLM: 'No available memory for the "
             "cache blocks')"
         )
-    elif c["kv_cache"] < needed:
+    elif c["kv_cache"] < kv["request_bytes"]:
         notes.append(
-            f"max_model_length {x.vllm_max_len} needs {needed / GIB:.2f} GiB of KV cache{_by_layer_type(x)}; only "
-            f"{c['kv_cache'] / GIB:.2f} GiB is left (vLLM refuses to start)"
+            f"max_model_length {x.vllm_max_len} needs {kv['request_bytes'] / GIB:.2f} GiB of KV cache"
+            f"{_by_layer_type(x)}; only {c['kv_cache'] / GIB:.2f} GiB is left (vLLM refuses to start)"
         )
     else:
         notes.append(
-            f"KV cache: {tokens:,.0f} tokens, {per_token / 1024:.0f} KiB each; maximum concurrency "
-            f"{c['kv_cache'] / needed:.2f}x for {x.vllm_max_len:,} tokens per request (as vLLM logs it"
-            f"{_by_layer_type(x)}), ~{tokens / (x.prompt + x.completion):.0f} sequences of prompt + completion at once"
+            f"KV cache: {kv['tokens']:,} tokens; maximum concurrency {kv['concurrency']:.2f}x for "
+            f"{x.vllm_max_len:,} tokens per request (as vLLM logs it{_by_layer_type(x)}), "
+            f"~{kv['concurrency'] * x.vllm_max_len / (x.prompt + x.completion):.0f} sequences of prompt + "
+            "completion at once"
         )
-    starts = c["kv_cache"] > 0 and c["kv_cache"] >= needed
-    return Engine(c, budget, used, tokens, starts=starts, notes=notes)
+    starts = c["kv_cache"] > 0 and c["kv_cache"] >= kv["request_bytes"]
+    return Engine(c, budget, used, kv["tokens"], starts=starts, notes=notes)
 
 
 def _by_layer_type(x: Inputs) -> str:
@@ -196,21 +193,21 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
         "kv_cache": x.vllm_cpu_kv_bytes,
         "runtime": CPU_SERVER_RUNTIME if server else CPU_COLOCATED_RUNTIME,
     }
-    per_token, needed = kv_bytes_per_token(x), request_bytes(x)
-    tokens = c["kv_cache"] / per_token
+    kv = kv_cache(x, c["kv_cache"])
     peak = sum(c.values())
-    if c["kv_cache"] >= needed:
+    starts = c["kv_cache"] >= kv["request_bytes"]
+    if starts:
         notes = [
-            f"CPU KV cache: {tokens:,.0f} tokens, {per_token / 1024:.2f} KiB each (vllm.cpu_kv_cache_gib="
-            f"{x.vllm_cpu_kv_bytes / GIB:g}); maximum concurrency {c['kv_cache'] / needed:.2f}x for "
-            f"{x.vllm_max_len:,} tokens per request (as vLLM logs it{_by_layer_type(x)})"
+            f"CPU KV cache: {kv['tokens']:,} tokens (vllm.cpu_kv_cache_gib={x.vllm_cpu_kv_bytes / GIB:g}); maximum "
+            f"concurrency {kv['concurrency']:.2f}x for {x.vllm_max_len:,} tokens per request (as vLLM logs it"
+            f"{_by_layer_type(x)})"
         ]
     else:
         notes = [
-            f"max_model_length {x.vllm_max_len} needs {needed / GIB:.2f} GiB of KV cache{_by_layer_type(x)}; "
-            f"vllm.cpu_kv_cache_gib gives {x.vllm_cpu_kv_bytes / GIB:g} (vLLM refuses to start)"
+            f"max_model_length {x.vllm_max_len} needs {kv['request_bytes'] / GIB:.2f} GiB of KV cache"
+            f"{_by_layer_type(x)}; vllm.cpu_kv_cache_gib gives {x.vllm_cpu_kv_bytes / GIB:g} (vLLM refuses to start)"
         ]
-    return Engine(c, peak, peak, tokens, starts=c["kv_cache"] >= needed, notes=notes)
+    return Engine(c, peak, peak, kv["tokens"], starts=starts, notes=notes)
 
 
 def residual_asleep(engine: Engine) -> float:

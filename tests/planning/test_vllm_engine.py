@@ -124,7 +124,7 @@ def test_fp8_kv_cache_doubles_the_tokens_and_a_fixed_kv_cache_ignores_the_budget
     fp8 = planned("model=qwen7b", "topology=1x8", "vllm=server", "vllm.kv_cache_dtype=fp8").inputs
     assert vllm_engine.kv_bytes_per_token(fp8) * 2 == vllm_engine.kv_bytes_per_token(base)
     e, e8 = vllm_engine.estimate(base, server=True), vllm_engine.estimate(fp8, server=True)
-    assert e8.kv_tokens == pytest.approx(2 * e.kv_tokens)
+    assert e8.kv_tokens == pytest.approx(2 * e.kv_tokens, rel=1e-4)  # in whole blocks, as vLLM counts them
     fixed = planned("model=qwen7b", "topology=1x8", "vllm=server", f"vllm.kv_cache_memory_bytes={10 * GIB}").inputs
     engine = vllm_engine.estimate(fixed, server=True)
     assert engine.components["kv_cache"] == 10 * GIB and engine.peak < 0.5 * engine.budget
