@@ -10,8 +10,8 @@ docs/memory-planner.md "Models of now"):
   gather, output and weighted copy), 2.07 x hidden with grouped_mm and batched_mm (one sorted copy in, one out);
   batched_mm also keeps each token's selected expert weights (gate_up and down: 3 x hidden x width) for backward;
 - the router: its fp32 softmax over the experts;
-- a Gated DeltaNet layer's chunked delta rule: 10.6 elements per channel of its conv (keys, queries, values) and
-  value outputs, in place of attention's.
+- a Gated DeltaNet layer's mixer: its projections, conv and chunked delta rule (GATED_DELTANET_ELEMENTS), in place
+  of attention's.
 """
 
 from grpo_exp.planning.inputs import Inputs
@@ -19,7 +19,12 @@ from grpo_exp.planning.inputs import Inputs
 # Bytes (in the activations' element size) an expert slot keeps per token beyond 4 x its width, by experts backend.
 EXPERT_ROW_COPIES = {"eager": 3.05, "grouped_mm": 2.07, "batched_mm": 2.07}
 ROUTER_BYTES_PER_EXPERT = 4  # the router's softmax, fp32 whatever the weights
-LINEAR_ATTENTION_ELEMENTS_PER_CHANNEL = 10.6  # Gated DeltaNet, per (conv channels + value channels), per token
+# Gated DeltaNet's mixer (projections, conv, transformers' torch_chunk_gated_delta_rule in 64-token chunks), elements
+# saved per token: per key channel, per value head x key dim (keys repeated to the value heads), per value channel,
+# per value head x chunk (the chunk's attention rows), per chunk state (value heads x key x value dims / 64). Least
+# squares over 7 head layouts (key dims 32-128, value heads 2-8): every one within 0.2%.
+GATED_DELTANET_ELEMENTS = (12.11, 4.83, 11.44, 5.92, 1.154)
+DELTA_RULE_CHUNK = 64
 SANDWICH_NORM_BYTES = 4  # per hidden unit per token (measured on Gemma-3: one fp32 copy of the hidden state)
 
 
@@ -34,8 +39,16 @@ def moe_mlp_saved_per_token(x: Inputs) -> float:
 
 
 def linear_attention_saved_per_token(x: Inputs) -> float:
-    """A Gated DeltaNet (or Mamba2) layer's mixer, per token: its conv channels and value outputs, as measured."""
-    return LINEAR_ATTENTION_ELEMENTS_PER_CHANNEL * (x.linear_conv_dim + x.linear_value_dim) * x.activation_bytes
+    """A Gated DeltaNet (or Mamba2) layer's mixer, per token, in place of attention's (GATED_DELTANET_ELEMENTS)."""
+    keys, kd, vh, vd = (
+        (x.linear_conv_dim - x.linear_value_dim) // 2,
+        x.linear_key_head_dim,
+        x.linear_value_heads,
+        x.linear_value_head_dim,
+    )
+    c_k, c_vk, c_v, c_chunk, c_state = GATED_DELTANET_ELEMENTS
+    elements = c_k * keys + c_vk * vh * kd + c_v * vh * vd + c_chunk * vh * DELTA_RULE_CHUNK
+    return (elements + c_state * vh * kd * vd / DELTA_RULE_CHUNK) * x.activation_bytes
 
 
 def largest_expert_gather(x: Inputs) -> float:
@@ -68,14 +81,23 @@ def hf_cache_bytes(x: Inputs, seq: int, sequences: int) -> float:
 VLLM_BLOCK = {"cuda": 16, "cpu": 128}
 
 
+def vllm_state_bytes(x: Inputs, element: int) -> float:
+    """One state layer's state per sequence in vLLM, per TP shard: its conv state at the served dtype, its recurrent
+    (SSM) state at the same, except on the CPU build, which keeps it in fp32 for its GDN kernel ("Reset SSM cache
+    type to float32 for accelerated GDN mamba backend")."""
+    conv = (x.linear_conv_kernel - 1) * x.linear_conv_dim
+    recurrent = state_elements(x) - conv
+    return (conv * element + recurrent * (4 if x.device == "cpu" else element)) / x.vllm_tp
+
+
 def vllm_page_tokens(x: Inputs, kv_layer_token: float, element: int) -> int:
     """vLLM's block size: its backend's, raised for a model with state layers until an attention page holds a state
-    (HybridAttentionMambaModelConfig.verify_and_update_config), in multiples of the backend's."""
+    (HybridAttentionMambaModelConfig.verify_and_update_config, which then pads the state page to it), in multiples
+    of the backend's."""
     base = VLLM_BLOCK[x.device]
     if not x.linear_layers or kv_layer_token <= 0:
         return base
-    state = state_elements(x) * element / x.vllm_tp
-    return max(base, -(-int(state / kv_layer_token) // base) * base)
+    return max(base, -(-int(vllm_state_bytes(x, element) / kv_layer_token) // base) * base)
 
 
 def vllm_kv_cache(x: Inputs, kv_bytes: float, kv_layer_token: float, element: int) -> dict:
@@ -85,8 +107,8 @@ def vllm_kv_cache(x: Inputs, kv_bytes: float, kv_layer_token: float, element: in
       largest's when it is under 1.5 x the smallest), padded (_get_kv_cache_groups_uniform_page_size); a block holds
       one page of each layer of a group, so the pool has kv_bytes / (page x group_size) blocks;
     - one max_model_len request takes, per group, every token's blocks on a full layer, its window plus the tokens
-      in flight and a block on a sliding one (SlidingWindowSpec.max_admission_blocks_per_request), one block on a
-      state layer (MambaSpec);
+      in flight and a block on a sliding one (SlidingWindowSpec.max_admission_blocks_per_request), on a state layer
+      one block, or two with prefix caching on (MambaSpec; mamba_cache_mode 'align', vLLM's choice then);
     - "KV cache size: N tokens" is the maximum concurrency x max_model_len (get_kv_cache_capacity);
     - it starts when the memory holds every layer's share of one request (check_enough_kv_cache_memory).
 
@@ -100,7 +122,7 @@ def vllm_kv_cache(x: Inputs, kv_bytes: float, kv_layer_token: float, element: in
     blocks = {
         "full": -(-length // block),
         "sliding": -(-min((x.sliding_window or 1) - 1 + in_flight, length) // block) + 1,
-        "state": 1,
+        "state": 2 if x.vllm_prefix_caching else 1,
     }
     per_request = sum(-(-n // group_size) * blocks[kind] for kind, n in kinds.items() if n > 0)
     concurrency = int(kv_bytes // (page * group_size)) / per_request

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import GIB
+from grpo_exp import DECODER_LINEAR_LAYERS, GIB
 from grpo_exp.config import env, model_families
 from grpo_exp.core import packages
 from grpo_exp.planning import calibration, lora, placement, prompt_tokens, vision
@@ -93,6 +93,11 @@ class Inputs:
     vllm_version: tuple | None = None
     vllm_dtype_bytes: int = 2  # what vLLM serves: dtype=auto makes an fp32 checkpoint bf16; a server's --dtype
     vllm_cpu_kv_bytes: float = 2**30  # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE (vllm.cpu_kv_cache_gib)
+    vllm_prefix_caching: bool = True  # vLLM's default; a state layer then holds two blocks per request
+    # LoRA's adapters in a decoder layer: how many of its linear layers, their rank, dropout on (activations.py)
+    lora_modules: int = 0
+    lora_r: int = 0
+    lora_dropout: bool = False
     weight_sync: str = "nccl"  # a server's: nccl | filesystem (placement.weight_sync)
     # A vision-language model's tower (model.vision, a namespace of its numbers; None for a text model) and the patches
     # of one sequence's images (data.images_per_prompt x the patches of one image): vision.py
@@ -236,6 +241,9 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         scores=_scores(cfg),
         agentic=env.active(cfg),
         lora_params=lora.trainable(cfg),
+        lora_modules=sum(t in DECODER_LINEAR_LAYERS for t in cfg.peft.target_modules) if cfg.peft.enabled else 0,
+        lora_r=cfg.peft.r,
+        lora_dropout=bool(cfg.peft.lora_dropout),
         autocast=DTYPE_BYTES[m.dtype] == 4 and bool(t.bf16 or t.fp16),
         address_space_limited=plan.device == "cpu" and cfg.memory.limit_gib is not None,
         tied=bool(m.tie_word_embeddings),
@@ -345,6 +353,7 @@ def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:
     v, t = cfg.vllm, cfg.trainer
     installed = packages.installed("vllm")
     shape = {"vllm_version": installed.release if installed else None, "vllm_cpu_kv_bytes": v.cpu_kv_cache_gib * GIB}
+    shape["vllm_prefix_caching"] = v.enable_prefix_caching is not False
     if v.mode == "colocate":
         steps = t.steps_per_generation or t.gradient_accumulation_steps
         seqs = t.per_device_train_batch_size * v.tensor_parallel_size * steps
