@@ -116,3 +116,8 @@ def loader_that_raises(**kwargs):
 
 def loader_without_a_dataset(**kwargs):
     return [{"prompt": "a list, not a Dataset"}]
+
+
+def minus_one(completions, **kwargs) -> list[float]:
+    """A reward below zero for every completion: a sweep's failed trial must still score worse."""
+    return [-1.0 for _ in completions]

@@ -62,11 +62,11 @@ class Ended:
 
     def objective(self, metric: str, direction: str = "maximize") -> float:
         """A sweep's objective: `metric` (optimized_metric) of a completed run; a run that did not complete, or has
-        no such figure, scores the worst there is in `direction` (0 maximizing; +inf minimizing), so the search
-        learns to keep away from it."""
+        no such figure, scores the worst there is in `direction` (-inf maximizing, +inf minimizing), so the search
+        learns to keep away from it: 0 would beat every completed trial of a metric below zero (a reward of -1)."""
         value = rundir.optimized(self.summary, metric) if self.code == outcome.EXIT_OK else None
         if value is None:
-            return 0.0 if direction == "maximize" else float("inf")
+            return float("-inf") if direction == "maximize" else float("inf")
         return value
 
 

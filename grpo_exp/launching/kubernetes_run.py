@@ -16,7 +16,6 @@ place a cluster is asked; its answers are the API's JSON, read with the field's 
 import json
 import logging
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -66,16 +65,15 @@ def run(cfg: DictConfig, run_dir: Path) -> int:
         k.job_name,
         k.namespace,
     )
-    previous = {sig: signal.signal(sig, launch.raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = launch.arm_stop_signals()
     try:
         ended = follow(cfg, run_dir, kind)
     except KeyboardInterrupt:  # Ctrl-C, SIGTERM, a closed terminal: the job goes with the driver
-        kubectl("delete", RESOURCE[kind], k.job_name, "-n", k.namespace, "--wait=false")
+        kubectl("delete", RESOURCE[kind], k.job_name, "-n", k.namespace, "--wait=false")  # a second signal waits
         log.warning("interrupted: deleted %s %s", kind, k.job_name)
         ended = {"status": Status.INTERRUPTED, "error": None}
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        launch.disarm(previous)
     rundir.write_rank_record(run_dir, 0, {**ended, "time": time.time()})
     return outcome.EXIT_CODES[ended["status"]]
 

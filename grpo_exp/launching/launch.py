@@ -163,10 +163,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
     # SIGTERM (timeout, a workflow tool, SLURM preemption), SIGHUP (a closed terminal) and SIGUSR1/2
     # (SLURM's time-limit warning) end the run like Ctrl-C: the ranks save a checkpoint within
     # preemption.grace_s (under SLURM they got the signal themselves too) and the run is preempted.
-    previous = {
-        sig: signal.signal(sig, raise_interrupt)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-    }
+    previous = arm_stop_signals()
     try:
         if "vllm" in node.commands:
             server = _start_server(cfg, node, output)
@@ -198,8 +195,6 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         code = outcome.EXIT_HANG_PREVENTED
         raise
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         for proc in reversed(procs):  # training first (it saves a checkpoint on SIGTERM), then its server
             stop(proc, cfg.preemption.grace_s if proc is procs[-1] and node.train_procs else STOP_GRACE_S)
         output.close()
@@ -209,6 +204,7 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
             _record_oom_kills(run_dir, node, code, log_path or run_dir / rundir.LOG, kills_before)
         if cfg.vllm.nodes and node.train_procs and node.node_rank == 0 and code != outcome.EXIT_HANG_PREVENTED:
             serving.send_stop(cfg, outcome.status_of(run_dir, code))
+        disarm(previous)
 
 
 def _wait(trainer: subprocess.Popen, server: subprocess.Popen | None, output: _Output, remote=None) -> int:
@@ -256,9 +252,37 @@ def _record_oom_kills(run_dir: Path, node: NodePlan, code: int, log_path: Path, 
         log.error("rank %d was killed by the kernel's OOM killer: node %d ran out of host RAM", rank, node.node_rank)
 
 
-def raise_interrupt(*_):
-    """A signal handler: end the run like Ctrl-C (the launchers' `except KeyboardInterrupt` stops what they started)."""
+# What stops a driver: Ctrl-C, SIGTERM (a scheduler, a workflow tool), SIGHUP (a closed terminal), SIGUSR1/2 (SLURM).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def raise_interrupt(signum, _frame):
+    """The launchers' handler of STOP_SIGNALS: the first ends the run like Ctrl-C (their `except KeyboardInterrupt`
+    stops what they started); from then on the driver is stopping (`_already_stopping`)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _already_stopping)
     raise KeyboardInterrupt
+
+
+def _already_stopping(signum, _frame):
+    """A second (third, ...) stop signal while the run winds down (its ranks saving a checkpoint within
+    preemption.grace_s, its jobs cancelled, its record concluded and reported) is said and waits for that, instead of
+    cutting it short: a traceback from inside the cancel call, or summary.json left `running` with no step."""
+    log.warning("%s: already stopping; the run ends once it has saved and been recorded", signal.Signals(signum).name)
+
+
+def arm_stop_signals() -> dict:
+    """Every stop signal ends the run (raise_interrupt); the handlers it replaced, for `disarm`."""
+    return {sig: signal.signal(sig, raise_interrupt) for sig in STOP_SIGNALS}
+
+
+def disarm(previous: dict) -> None:
+    """The handlers before `arm_stop_signals`, unless a stop signal came: a stopping driver keeps saying so until it
+    exits (its record is concluded after the launcher returns)."""
+    if signal.getsignal(signal.SIGTERM) is _already_stopping:
+        return
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 def stop(proc: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:

@@ -16,7 +16,6 @@ Needs the `slurm` extra (submitit).
 """
 
 import logging
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -256,7 +255,7 @@ def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted,
     submitit_log = logging.getLogger("submitit")
     quiet = _SacctOnce()
     submitit_log.addFilter(quiet)
-    previous = {sig: signal.signal(sig, launch.raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = launch.arm_stop_signals()
     lost: set[int] = set()  # indices of jobs SLURM ended without a result
     try:
         while True:
@@ -269,14 +268,13 @@ def wait(jobs: list[Submitted], until_running: int = 0) -> list[tuple[Submitted,
             for i, s in enumerate(jobs)
             if i in lost or s.done()
         ]
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second signal during the cancel is said and waits for it (launch.raise_interrupt)
         for s in jobs:
             s.job.cancel(check=False)
         log.warning("driver stopped: cancelled job(s) %s", ", ".join(str(s.job.job_id) for s in jobs))
         return [(s, outcome.EXIT_INTERRUPTED) for s in jobs]
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        launch.disarm(previous)
         submitit_log.removeFilter(quiet)
 
 

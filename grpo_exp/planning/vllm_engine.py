@@ -159,7 +159,8 @@ def estimate(x: Inputs, server: bool) -> Engine:
         )
     else:
         notes.append(
-            f"KV cache: {kv['tokens']:,} tokens; maximum concurrency {kv['concurrency']:.2f}x for "
+            f"KV cache: {kv['tokens']:,} tokens, {kv_bytes_per_token(x) / 1024:.0f} KiB each; maximum concurrency "
+            f"{kv['concurrency']:.2f}x for "
             f"{x.vllm_max_len:,} tokens per request (as vLLM logs it{_by_layer_type(x)}), "
             f"~{kv['concurrency'] * x.vllm_max_len / (x.prompt + x.completion):.0f} sequences of prompt + "
             "completion at once"
@@ -198,8 +199,9 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
     starts = c["kv_cache"] >= kv["request_bytes"]
     if starts:
         notes = [
-            f"CPU KV cache: {kv['tokens']:,} tokens (vllm.cpu_kv_cache_gib={x.vllm_cpu_kv_bytes / GIB:g}); maximum "
-            f"concurrency {kv['concurrency']:.2f}x for {x.vllm_max_len:,} tokens per request (as vLLM logs it"
+            f"CPU KV cache: {kv['tokens']:,} tokens, {kv_bytes_per_token(x) / 1024:.2f} KiB each "
+            f"(vllm.cpu_kv_cache_gib={x.vllm_cpu_kv_bytes / GIB:g}); maximum concurrency {kv['concurrency']:.2f}x "
+            f"for {x.vllm_max_len:,} tokens per request (as vLLM logs it"
             f"{_by_layer_type(x)})"
         ]
     else:

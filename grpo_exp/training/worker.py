@@ -82,6 +82,9 @@ class _Rank:
     phases: PhaseMemory | None = None  # None with memory.telemetry=false
     meter: ModelStateMeter | None = None
     peaks: dict[str, float] = field(default_factory=dict)  # the run's memory peaks, filled at every logging step
+    # The rank's end is recorded once, by the first of the main thread and the heartbeat's watcher to reach it
+    recording: threading.Lock = field(default_factory=threading.Lock)
+    recorded: bool = False
 
 
 def _prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> _Rank:
@@ -175,9 +178,19 @@ def _train(state: _Rank, preemption: Preemption) -> dict:
         return ended
 
 
-def _record(state: _Rank, ended: dict) -> None:
+def _record(state: _Rank, ended: dict) -> bool:
     """ranks/rank<N>.json (rank 0 always, with the run's measurements; another rank when it did not
-    complete), and rank 0's W&B run finished with the status as far as it can tell."""
+    complete), and rank 0's W&B run finished with the status as far as it can tell. The main thread and the
+    heartbeat's watcher may both end the rank: the first records, the other waits for it and returns False."""
+    with state.recording:
+        if state.recorded:
+            return False
+        state.recorded = True
+        _write_record(state, ended)
+        return True
+
+
+def _write_record(state: _Rank, ended: dict) -> None:
     from grpo_exp.training import phases  # loaded by _prepare already
 
     if threading.current_thread() is threading.main_thread():  # (the heartbeat's watcher records a lost node)
@@ -235,10 +248,12 @@ def _lost(state: _Rank, ended: dict) -> None:
     """The heartbeat's end of a rank (another node lost, or failed): recorded as any end is, then the process ends
     from the heartbeat's thread: the main thread may be blocked in a collective that will never return."""
     try:
-        _record(state, ended)
-    finally:
-        logging.shutdown()
-        os._exit(outcome.EXIT_CODES[ended["status"]])
+        if not _record(state, ended):
+            return  # the main thread recorded the rank's end first, and ends the process
+    except Exception:  # the process ends all the same: the main thread may never come back
+        log.exception("recording this rank's end failed")
+    logging.shutdown()
+    os._exit(outcome.EXIT_CODES[ended["status"]])
 
 
 # What the steps use.

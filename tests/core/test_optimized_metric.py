@@ -1,8 +1,6 @@
 """optimized_metric: what a sweep optimizes (the Optuna sweeper's objective, the frontier's best trial), tokens/s
 unless the config names another: peak memory, reward, or any key a run's summary.json records."""
 
-import math
-
 import pytest
 
 from grpo_exp.core import metrics, rundir
@@ -36,9 +34,12 @@ def test_a_run_that_did_not_complete_scores_the_worst_in_the_direction():
     assert Ended(0, None, SUMMARY).objective("tokens_per_s") == 812.0
     assert Ended(0, None, SUMMARY).objective("peak_memory", "minimize") == 30.25
     oom = Ended(4, None, SUMMARY)
-    assert oom.objective("tokens_per_s", "maximize") == 0.0
-    assert math.isinf(oom.objective("peak_memory", "minimize"))
-    assert Ended(0, None, {}).objective("reward") == 0.0  # nothing measured: no better than a failure
+    assert oom.objective("tokens_per_s", "maximize") == float("-inf")
+    assert oom.objective("peak_memory", "minimize") == float("inf")
+    assert Ended(0, None, {}).objective("reward") == float("-inf")  # nothing measured: no better than a failure
+    # a completed trial of a metric below zero still beats one that did not complete
+    negative = {**SUMMARY, "reward": -1.0}
+    assert Ended(0, None, negative).objective("reward") > Ended(2, None, negative).objective("reward")
 
 
 def test_the_frontiers_best_trial_is_by_the_metric():

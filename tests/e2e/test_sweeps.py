@@ -4,6 +4,7 @@ the real boundary with fewer launches, Optuna maximises tokens/s, and compare re
 import json
 
 import pytest
+import yaml
 
 from grpo_exp.core import rundir
 from grpo_exp.results import compare, wandb_file
@@ -98,6 +99,26 @@ def test_optuna_maximises_throughput(cli):
     best = (sweep_dir / "optimization_results.yaml").read_text()
     tokens_per_s = [rundir.read_summary(sweep_dir / j).get("throughput/tokens_per_s", 0) for j in "01"]
     assert f"best_value: {max(tokens_per_s)}" in best
+
+
+def test_a_trial_that_did_not_complete_never_beats_a_completed_one(cli):
+    """optimized_metric=reward with a reward of -1: the trial refused as invalid (3 generations do not divide a batch
+    of 4) scores -inf, not 0, so Optuna's best is the completed trial (it used to be the invalid one, best_value 0)."""
+    result, sweep_dir = cli(
+        "logger=none",
+        "topology.cpu_procs=1",
+        "trainer.max_steps=1",
+        "+sweep=optuna",
+        "hydra/sweeper/sampler=grid",
+        "optimized_metric=reward",
+        "hydra.sweeper.n_trials=2",
+        "+data.rewards.neg._target_=tests.user_code.minus_one",
+        "hydra.sweeper.params={trainer.per_device_train_batch_size:'choice(4)',trainer.num_generations:'choice(4,3)'}",
+        multirun=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    best = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())
+    assert best["best_params"]["trainer.num_generations"] == 4 and best["best_value"] < 0, best
 
 
 def test_sweep_runs_share_a_wandb_group_with_swept_values_as_keys(two_job_sweep):

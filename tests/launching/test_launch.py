@@ -32,3 +32,37 @@ def test_cuda_visible_devices_has_one_parser(monkeypatch, value, devices):
     else:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
     assert visible_devices() == devices
+
+
+def test_a_second_stop_signal_while_the_run_winds_down_waits_for_it(caplog):
+    """The first stop signal ends the run like Ctrl-C; every one after it (a scheduler's SIGTERM, then a user's Ctrl-C)
+    is said and waits while the ranks save and the record is concluded, until the driver exits: no traceback, no
+    summary.json left `running`. The handlers the launcher replaced stay replaced once a stop came."""
+    import os
+    import signal
+
+    before = {sig: signal.getsignal(sig) for sig in launch.STOP_SIGNALS}
+    previous = launch.arm_stop_signals()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's: its handler runs as the call returns
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the user's Ctrl-C, another TERM, a closed terminal
+            os.kill(os.getpid(), sig)
+        launch.disarm(previous)
+        assert signal.getsignal(signal.SIGTERM) is launch._already_stopping  # until the driver exits
+        assert [r.message.split(":")[0] for r in caplog.records if "already stopping" in r.message] == [
+            "SIGINT",
+            "SIGTERM",
+            "SIGHUP",
+        ]
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def test_without_a_stop_signal_the_launchers_handlers_are_put_back():
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    launch.disarm(launch.arm_stop_signals())
+    assert signal.getsignal(signal.SIGTERM) is before

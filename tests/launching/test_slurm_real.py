@@ -267,7 +267,11 @@ def test_a_stopped_driver_cancels_its_job(background_driver, tmp_path):
         job_id = rundir.read_summary(run_dir).get("slurm_job_id")
         assert job_id and rundir.read_metrics(run_dir), "the job never trained"
         driver.send_signal(signal.SIGTERM)
-        assert driver.wait(timeout=60) == outcome.EXIT_INTERRUPTED, driver.stdout.read()[-3000:]
+        time.sleep(1)
+        driver.send_signal(signal.SIGINT)  # a user's Ctrl-C while the job is cancelled: said, no traceback
+        assert driver.wait(timeout=60) == outcome.EXIT_INTERRUPTED
+        printed = driver.stdout.read()
+        assert "Traceback" not in printed and rundir.read_summary(run_dir)["status"] != "running", printed[-3000:]
         # COMPLETING while the task concludes (SLURM's KillWait bounds it), then CANCELLED, or PENDING if requeued
         deadline = time.time() + 90
         while time.time() < deadline and _squeue(job_id) not in ("", "CANCELLED", "PENDING"):

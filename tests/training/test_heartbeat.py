@@ -81,3 +81,44 @@ def test_the_first_failure_is_the_one_the_others_are_told(ranks):
     beats[1].post_failure("a consequence")
     _until(lambda: 0 in ended, BEAT_S + 2)
     assert "rank 2 on node 2" in ended[0]["error"] and "the cause" in ended[0]["error"]
+
+
+def test_the_rank_is_recorded_once_when_the_heartbeat_and_the_main_thread_end_it_at_once(tmp_path, monkeypatch):
+    """The heartbeat's watcher (a node lost) and the main thread (training failed) end rank 1 in the same instant:
+    one writes ranks/rank1.json, whole; the other waits for it and writes nothing over it."""
+    import threading
+    import time
+
+    from grpo_exp.core import rundir
+    from grpo_exp.training import worker
+
+    writes, active, overlapped = [], [0], []
+
+    def slow_write(run_dir, rank, record):
+        active[0] += 1
+        overlapped.append(active[0] > 1)
+        time.sleep(0.05)  # long enough for the other thread to arrive while this one writes
+        writes.append(record["status"])
+        active[0] -= 1
+
+    monkeypatch.setattr(rundir, "write_rank_record", slow_write)
+
+    class Closes:
+        def close(self):
+            pass
+
+    state = worker._Rank(cfg=None, run_dir=tmp_path, rank=1, world_size=2, started=time.time(), watchdog=Closes())
+    results = {}
+    start = threading.Barrier(2)
+
+    def end(name, status):
+        start.wait()
+        results[name] = worker._record(state, {"status": status, "error": name})
+
+    threads = [threading.Thread(target=end, args=(n, s)) for n, s in (("main", "failed"), ("heartbeat", "node_lost"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(writes) == 1 and not any(overlapped), writes
+    assert sorted(results.values()) == [False, True]
