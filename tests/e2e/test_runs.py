@@ -187,7 +187,7 @@ def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
 def test_signal_to_driver_saves_a_checkpoint_and_ends_every_process(training_run):
     """A stopped run is preempted, not lost: both ranks agree on a step, save it, and end. SIGTERM, SIGHUP, SIGUSR1/2
     and Ctrl-C share one handler (launch.raise_interrupt); a second signal a second later (a scheduler's TERM, then a
-    user's Ctrl-C) waits for the wind-down: the record is concluded all the same (a driver cut short left it running)."""
+    user's Ctrl-C) waits for the wind-down: the record is concluded all the same (cut short, it stayed running)."""
     driver, run_dir, processes = training_run
     ranks = [
         p for p in processes if "grpo_exp.training.worker" in p.cmdline() and "torch.distributed.run" not in p.cmdline()
