@@ -75,6 +75,10 @@ def _layer_types(text: dict, layers: int) -> dict:
     if not types and text.get("full_attention_interval"):
         every = int(text["full_attention_interval"])
         types = ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(layers)]
+    if not types and text.get("sliding_window") and text.get("use_sliding_window", True) is not False:
+        # Mistral/Mixtral: every layer; Qwen2's use_sliding_window: the layers from max_window_layers on
+        first = int(text.get("max_window_layers", 0) or 0)
+        types = [SLIDING if i >= first else "full_attention" for i in range(layers)]
     if not types and text.get("hybrid_override_pattern"):  # Nemotron-H: M = Mamba2, * = attention, - = MLP
         types = [{"M": "mamba", "*": "full_attention"}.get(c, "mlp") for c in text["hybrid_override_pattern"]]
     if all(t == "full_attention" for t in types):

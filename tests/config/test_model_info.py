@@ -42,7 +42,7 @@ def test_model_info_writes_a_named_option(saved_models, tmp_path):
         assert written[key] == cfg.model[key], key
 
 
-def test_unmodelled_features_become_plan_notes(tmp_path):
+def test_a_mixture_of_experts_with_sliding_windows_is_read_not_called_unmodelled(tmp_path):
     config = {
         "model_type": "qwen2_moe",
         "architectures": ["Qwen2MoeForCausalLM"],
@@ -58,7 +58,10 @@ def test_unmodelled_features_become_plan_notes(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     arch = model_info.read_architecture(tmp_path / "config.json")
     notes = " ".join(arch["planner_notes"])
-    assert "mixture of experts" in notes and "sliding-window" in notes
+    assert "not modelled" not in notes and "planned as full attention" not in notes  # planned: model_families.py
+    assert (arch["num_experts"], arch["sliding_window"], arch["layer_types"]) == (8, 4096, ["sliding_attention"] * 2)
+    qwen2_window = model_info.model_families.numbers({**config, "max_window_layers": 1})  # Qwen2's: from layer 1 on
+    assert qwen2_window["layer_types"] == ["full_attention", "sliding_attention"]
     # counted exactly on the meta device (the class TRL loads)
     assert "estimated" not in notes and arch["num_parameters"] > 0
     assert arch["num_key_value_heads"] == 4 and arch["head_dim"] == 16

@@ -113,7 +113,9 @@ def test_a_trial_that_did_not_complete_never_beats_a_completed_one(cli):
         "optimized_metric=reward",
         "hydra.sweeper.n_trials=2",
         "+data.rewards.neg._target_=tests.user_code.minus_one",
-        "hydra.sweeper.params={trainer.per_device_train_batch_size:'choice(4)',trainer.num_generations:'choice(4,3)'}",
+        # every swept key given (the preset's own would widen the grid past the 2 trials)
+        "hydra.sweeper.params={trainer.per_device_train_batch_size:'choice(4)',trainer.num_generations:'choice(4,3)',"
+        "trainer.activation_checkpointing:'choice(false)'}",
         multirun=True,
     )
     assert result.returncode == 0, result.stdout[-3000:]
