@@ -29,8 +29,8 @@ SANDWICH_NORM_BYTES = 4  # per hidden unit per token (measured on Gemma-3: one f
 
 
 def moe_mlp_saved_per_token(x: Inputs) -> float:
-    """What one MoE layer's feed-forward keeps per token for backward: the router, each of the top-k experts'
-    intermediates and rows, a shared expert as a dense MLP (`dense_mlp_per_unit` per unit of width)."""
+    """What one MoE layer's routed experts keep per token for backward: the router, each of the top-k experts'
+    intermediates and rows (a shared expert is a dense MLP of its width: activations.py adds it)."""
     e = x.activation_bytes
     per_expert = (4 * x.expert_width + EXPERT_ROW_COPIES[x.experts_backend] * x.hidden) * e
     if x.experts_backend == "batched_mm":  # each token's selected gate_up and down weights, gathered per token
@@ -40,12 +40,8 @@ def moe_mlp_saved_per_token(x: Inputs) -> float:
 
 def linear_attention_saved_per_token(x: Inputs) -> float:
     """A Gated DeltaNet (or Mamba2) layer's mixer, per token, in place of attention's (GATED_DELTANET_ELEMENTS)."""
-    keys, kd, vh, vd = (
-        (x.linear_conv_dim - x.linear_value_dim) // 2,
-        x.linear_key_head_dim,
-        x.linear_value_heads,
-        x.linear_value_head_dim,
-    )
+    keys = (x.linear_conv_dim - x.linear_value_dim) // 2  # the conv's channels are keys, queries and values
+    kd, vh, vd = x.linear_key_head_dim, x.linear_value_heads, x.linear_value_head_dim
     c_k, c_vk, c_v, c_chunk, c_state = GATED_DELTANET_ELEMENTS
     elements = c_k * keys + c_vk * vh * kd + c_v * vh * vd + c_chunk * vh * DELTA_RULE_CHUNK
     return (elements + c_state * vh * kd * vd / DELTA_RULE_CHUNK) * x.activation_bytes

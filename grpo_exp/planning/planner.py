@@ -138,8 +138,8 @@ def engine(x: Inputs) -> dict | None:
         "budget_gib": e.budget / GIB,
         "kv_tokens": e.kv_tokens,
         # one max_model_len request's share of the KV cache (sliding layers at their window, state layers a page)
-        "request_gib": vllm_engine.kv_cache(x, e.components["kv_cache"])["request_bytes"] / GIB,
-        "max_concurrency": vllm_engine.kv_cache(x, e.components["kv_cache"])["concurrency"],
+        "request_gib": e.request_bytes / GIB,
+        "max_concurrency": e.concurrency,
         "starts": e.starts,
         "notes": e.notes,
         "graphs_inside_budget": vllm_engine.graphs_inside(x.vllm_version),

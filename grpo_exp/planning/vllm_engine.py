@@ -68,11 +68,15 @@ def captured_graphs(max_num_seqs: int) -> int:
     return sum(1 for s in sizes if s <= largest) + sum(1 for s in sizes if s <= largest // 2)
 
 
+def _kv_element(x: Inputs) -> int:
+    """Bytes of one KV cache element: fp8's one, else the served dtype's (kv_cache_dtype=auto)."""
+    return 1 if x.vllm_kv_dtype.startswith("fp8") else x.vllm_dtype_bytes
+
+
 def kv_bytes_per_layer_token(x: Inputs) -> float:
     """K and V of one attention layer for one token, per TP shard (AttentionSpec.page_size_bytes per token). With
     more TP ranks than KV heads vLLM replicates the heads: each rank keeps at least one (max(1, kv_heads // tp))."""
-    element = 1 if x.vllm_kv_dtype.startswith("fp8") else x.vllm_dtype_bytes  # auto: the served dtype
-    return 2 * max(1, x.kv_heads // x.vllm_tp) * x.head_dim * element
+    return 2 * max(1, x.kv_heads // x.vllm_tp) * x.head_dim * _kv_element(x)
 
 
 def kv_bytes_per_token(x: Inputs) -> float:
@@ -83,8 +87,7 @@ def kv_bytes_per_token(x: Inputs) -> float:
 def kv_cache(x: Inputs, kv_bytes: float) -> dict:
     """What vLLM makes of `kv_bytes` of KV cache for this model: {tokens (as it logs them), concurrency for one
     max_model_len request, request_bytes (what starting needs)}, by layer type (families.vllm_kv_cache)."""
-    element = 1 if x.vllm_kv_dtype.startswith("fp8") else x.vllm_dtype_bytes
-    return families.vllm_kv_cache(x, kv_bytes, kv_bytes_per_layer_token(x), element)
+    return families.vllm_kv_cache(x, kv_bytes, kv_bytes_per_layer_token(x), _kv_element(x))
 
 
 def profile_activations(x: Inputs) -> float:
@@ -113,6 +116,8 @@ class Engine:
     budget: float  # gpu_memory_utilization x capacity
     peak: float  # what the engine holds once started (buffers allocated after start-up included)
     kv_tokens: float
+    concurrency: float  # max_model_len requests the KV cache holds at once (as vLLM logs it)
+    request_bytes: float  # what one max_model_len request takes of the KV cache: vLLM starts only when it fits
     starts: bool  # vLLM's own start-up checks pass: a KV cache that holds one max_model_len sequence
     notes: list[str] = field(default_factory=list)
 
@@ -166,7 +171,7 @@ def estimate(x: Inputs, server: bool) -> Engine:
             "completion at once"
         )
     starts = c["kv_cache"] > 0 and c["kv_cache"] >= kv["request_bytes"]
-    return Engine(c, budget, used, kv["tokens"], starts=starts, notes=notes)
+    return Engine(c, budget, used, kv["tokens"], kv["concurrency"], kv["request_bytes"], starts=starts, notes=notes)
 
 
 def _by_layer_type(x: Inputs) -> str:
@@ -175,7 +180,8 @@ def _by_layer_type(x: Inputs) -> str:
     if x.sliding_layers:
         parts.append(f"{x.sliding_layers} sliding layers at their {x.sliding_window}-token window")
     if x.linear_layers:
-        parts.append(f"{x.linear_layers} state layers at one page each")
+        pages = "two pages each (prefix caching)" if x.vllm_prefix_caching else "one page each"
+        parts.append(f"{x.linear_layers} state layers at {pages}")
     return ": " + ", ".join(parts) if parts else ""
 
 
@@ -209,7 +215,7 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
             f"max_model_length {x.vllm_max_len} needs {kv['request_bytes'] / GIB:.2f} GiB of KV cache"
             f"{_by_layer_type(x)}; vllm.cpu_kv_cache_gib gives {x.vllm_cpu_kv_bytes / GIB:g} (vLLM refuses to start)"
         ]
-    return Engine(c, peak, peak, kv["tokens"], starts=starts, notes=notes)
+    return Engine(c, peak, peak, kv["tokens"], kv["concurrency"], kv["request_bytes"], starts=starts, notes=notes)
 
 
 def residual_asleep(engine: Engine) -> float:
