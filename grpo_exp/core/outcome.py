@@ -101,6 +101,12 @@ def launch_failed(run_dir: Path, error: str, **fields) -> Summary:
     return write_status(run_dir, Status.FAILED, error=error, **fields)
 
 
+def ending(run_dir: Path, cause: str) -> Summary:
+    """Node 0 knows why the run ends (a serving node's server lost) and is winding its ranks down: said at once, so a
+    job SLURM kills meanwhile (its serving node marked down) still ends naming the cause (slurm.Submitted)."""
+    return note(run_dir, ending=cause)
+
+
 def node_failed(run_dir: Path, node_rank: int, status: Status, error: str) -> None:
     """The driver's (or a SLURM task's) own end of node `node_rank`'s share (its launch failed, a server died, a
     serving node's config differs), recorded as ranks/rank<node_rank>.json: over what that rank recorded itself as it

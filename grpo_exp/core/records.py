@@ -77,4 +77,5 @@ class Summary(RankRecord, total=False):
     preflight_fit: list[dict]  # {key, old, new}: what preflight.on_oom=fit changed
     suggestions: list[dict]  # a predicted OOM's ranked fixes
     failed_at: dict  # the root cause's {rank, node, host, phase}, where a rank failed
+    ending: str  # the cause node 0 knew while it wound its ranks down (outcome.ending)
     silent_ranks: list[dict]  # {rank, phase}: ranks of a failed run that left no record (killed, their node lost)

@@ -188,6 +188,9 @@ def run_node(cfg: DictConfig, run_dir: Path, node: NodePlan, log_path: Path | No
         )
         code = _wait(trainer, server, output, remote)
         return code
+    except vllm_server.ServerDied as exc:  # said before the ranks' grace: a job killed meanwhile still names it
+        outcome.ending(run_dir, str(exc))
+        raise
     except KeyboardInterrupt:
         code = outcome.EXIT_INTERRUPTED
         return code

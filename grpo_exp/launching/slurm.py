@@ -218,15 +218,18 @@ class Submitted:
             self.ended_at = None
             return False
         self.ended_at = self.ended_at or time.time()
-        if time.time() - self.ended_at < RESULT_GRACE_S or self.done():
+        # node 0 said why it was ending the run (outcome.ending): no result is coming that could say more
+        ending = rundir.read_summary(self.run_dir).get("ending")
+        if (not ending and time.time() - self.ended_at < RESULT_GRACE_S) or self.done():
             return False
-        return not self._requeue(state)
+        return not self._requeue(state, ending)
 
-    def _requeue(self, state: JobState) -> bool:
+    def _requeue(self, state: JobState, ending: str | None) -> bool:
         restarts = state.restarts if state.restarts is not None else self.requeued
         why = f"SLURM job {self.job.job_id} ended {state.state}" + (f" ({state.reason})" if state.reason else "")
         self.lost.append({"state": state.state, "reason": state.reason, "time": time.time()})
-        if state.state in REQUEUE_MAY_HELP and restarts < self.max_requeues:
+        # a run that was already ending by its own cause is not SLURM's to retry
+        if not ending and state.state in REQUEUE_MAY_HELP and restarts < self.max_requeues:
             if ask("scontrol", "requeue", str(self.job.job_id)) is not None:
                 self.requeued += 1
                 self.ended_at = None
@@ -234,7 +237,9 @@ class Submitted:
                 log.warning("%s without a result: requeued (%d of %d)", why, restarts + 1, self.max_requeues)
                 return True
         error = f"{why} without a result: the job never finished its task (see {self.run_dir / rundir.SLURM})"
-        if state.state == GONE:
+        if ending:  # the cause node 0 knew, then SLURM's end (its node lost before node 0 had concluded the run)
+            error = f"{ending}; then {why} before node 0 had concluded the run (see {self.run_dir / rundir.SLURM})"
+        elif state.state == GONE:
             error = f"SLURM job {self.job.job_id} is no longer known to SLURM (purged), and left no result"
         outcome.launch_failed(
             self.run_dir,

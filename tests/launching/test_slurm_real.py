@@ -131,13 +131,19 @@ def test_a_job_that_vanished_ends_the_wait_with_slurms_state_and_reason(tmp_path
     else:  # a job slurmctld forgot (MinJobAge) on a cluster without accounting
         job_id, expected = "987654321", (slurm.GONE, None)
     watched = _watched(tmp_path, job_id)
+    if way == "node failure":  # node 0 had said why it was ending the run (its serving node's server lost)
+        outcome.ending(watched.run_dir, "the vLLM server on the serving node stopped answering")
     started = time.time()
     [(_, code)] = slurm.wait([watched])
     assert code == outcome.EXIT_FAILED and time.time() - started < 30
     summary = rundir.read_summary(watched.run_dir)
     assert summary["status"] == "failed" and summary["exit_code"] == outcome.EXIT_FAILED
     assert (summary["slurm_state"], summary["slurm_reason"]) == expected
-    assert f"SLURM job {job_id}" in summary["error"] and "result" in summary["error"]
+    assert f"SLURM job {job_id}" in summary["error"]
+    if way == "node failure":  # the cause first, then SLURM's end of the job
+        assert summary["error"].startswith("the vLLM server on the serving node stopped answering; then SLURM job")
+    else:
+        assert "without a result" in summary["error"] or "left no result" in summary["error"]
 
 
 def test_a_job_that_failed_to_start_is_requeued_where_max_requeues_allows(tmp_path, quick_watch):

@@ -112,7 +112,9 @@ def test_two_node_serving_node_lost_during_a_weight_sync(served, fault):
     """The serving node's vLLM SIGKILLed (server, engine core, workers), or its link cut, while node 0 syncs weights
     to it: node 0's driver, which watches the server's /health while training runs (vllm_server.RemoteWatch), ends
     the run within its 3 missed checks (15 s) and the ranks' grace, failed, naming the server; the steps before it
-    are kept. (Before the watch, the killed server's run waited out watchdog.stall_s.)"""
+    are kept. (Before the watch, the killed server's run waited out watchdog.stall_s.) A cut link also has SLURM mark
+    the serving node down after SlurmdTimeout (30 s), which may kill the job before node 0 concludes it: the cause
+    node 0 said first (outcome.ending) still leads the run's error."""
     (_, _), (second, _) = nodes()
     # no requeue: a link down past SlurmdTimeout (30 s) has SLURM requeue the job for a node it lost
     driver, run_dir = served("trainer.max_steps=200", "watchdog.stall_s=120", "preemption.grace_s=10",
