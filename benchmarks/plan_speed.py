@@ -1,50 +1,91 @@
-"""Wall time of `python -m grpo_exp ... action=plan`, whole process, for a 2-node and a 512-node cluster
-(the planning path must stay free of torch/transformers/trl/deepspeed: under 1 s and 2 s on 2 cores).
+"""Wall time of `python -m grpo_exp ... action=plan`, whole process, paired with an older commit (94b2bb9: the last
+plan before the config grew its recipe, trackers and model families) and set against one `from trl import
+GRPOTrainer` on this machine, the unit every speed budget is written in (machines differ ~3x). Issue 52's goals:
+at most 0.8x of 94b2bb9's plan and 0.05x of the import.
 
-    python benchmarks/plan_speed.py --runs 7
+    python benchmarks/plan_speed.py --runs 5                 # 2x8 paired with 94b2bb9, the 512-node plan alone
+    python benchmarks/plan_speed.py --against HEAD~3 --runs 9
+
+Each pair runs the two checkouts back to back with the same interpreter (this venv), the old one from a
+`git archive` of its commit; the ratio reported is the median of the pairs' ratios, so a busy moment slows both.
 """
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-COMMANDS = {
-    "2x8": ["model=qwen7b", "topology=2x8", "vllm=server", "action=plan"],
-    "512 nodes": [
-        "model=qwen72b",
-        "topology=4x8",
-        "topology.nnodes=512",
-        "data.num_samples=8192",  # one generation batch takes 4095 distinct prompts
-        "deepspeed=zero3",
-        "vllm=server",
-        "action=plan",
-    ],
-}
+ROOT = Path(__file__).resolve().parent.parent
+PAIRED = ["model=qwen7b", "topology=2x8", "vllm=server", "action=plan"]
+LARGE = [  # a plan of 512 nodes: the large-cluster path (one generation batch takes 4095 distinct prompts)
+    "model=qwen72b",
+    "topology=4x8",
+    "topology.nnodes=512",
+    "data.num_samples=8192",
+    "deepspeed=zero3",
+    "vllm=server",
+    "action=plan",
+]
+
+
+def timed(root: Path, command: list[str], run_dir: Path) -> float:
+    """One plan from checkout `root`: its own package first on the path, its run dir fresh."""
+    env = dict(os.environ, PYTHONPATH=str(root))
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_exp", *command, f"hydra.run.dir={run_dir}"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    took = time.perf_counter() - started
+    if done.returncode:
+        sys.exit(f"the plan from {root} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    return took
+
+
+def import_seconds(runs: int = 3) -> float:
+    """The unit: the fastest of `runs` imports of TRL's trainer in a fresh interpreter."""
+    best = float("inf")
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "from trl import GRPOTrainer"], check=True, capture_output=True)
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=5, help="pairs (and runs of the 512-node plan)")
+    parser.add_argument("--against", default="94b2bb9", help="the commit the plan is paired with")
     args = parser.parse_args()
+    unit = import_seconds()
+    print(f"import: `from trl import GRPOTrainer` {unit:.2f} s (min of 3)")
     with tempfile.TemporaryDirectory() as tmp:
-        for name, command in COMMANDS.items():
-            times, printed = [], 0
-            for i in range(args.runs):
-                started = time.perf_counter()
-                done = subprocess.run(
-                    [sys.executable, "-m", "grpo_exp", *command, f"hydra.run.dir={tmp}/{name}{i}"],
-                    check=True,
-                    capture_output=True,
-                )
-                times.append(time.perf_counter() - started)
-                printed = len(done.stdout) + len(done.stderr)
-            print(
-                f"{name} ({' '.join(command)}): median {statistics.median(times):.3f} s, min {min(times):.3f} s, "
-                f"max {max(times):.3f} s over {args.runs} runs; {printed / 1024:.1f} KB printed"
-            )
+        old = Path(tmp) / "old"
+        old.mkdir()
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against], check=True, capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        timed(ROOT, PAIRED, Path(tmp) / "warm-new")  # the first of each reads cold files
+        timed(old, PAIRED, Path(tmp) / "warm-old")
+        pairs = [
+            (timed(ROOT, PAIRED, Path(tmp) / f"new{i}"), timed(old, PAIRED, Path(tmp) / f"old{i}"))
+            for i in range(args.runs)
+        ]
+        new = statistics.median(a for a, _ in pairs)
+        ratio = statistics.median(a / b for a, b in pairs)
+        print(
+            f"plan ({' '.join(PAIRED)}): median {new:.3f} s = {ratio:.2f}x of {args.against} "
+            f"(median {statistics.median(b for _, b in pairs):.3f} s; median of {args.runs} paired ratios) "
+            f"= {new / unit:.3f}x the import"
+        )
+        large = [timed(ROOT, LARGE, Path(tmp) / f"large{i}") for i in range(args.runs)]
+        print(f"plan of 512 nodes: median {statistics.median(large):.3f} s = {statistics.median(large) / unit:.3f}x")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The GPUs this process may use: how many, which card, how much memory. NVML first (no torch: the plan's
 start-up stays cheap), else `torch.cuda.mem_get_info` where a driver is present but NVML's library is not;
-CUDA_VISIBLE_DEVICES narrows both. A CPU machine answers with no GPUs at no cost.
+CUDA_VISIBLE_DEVICES narrows both. A CPU machine answers with no GPUs at no cost: without NVIDIA's driver (its device
+node, its /proc entry) neither is imported.
 """
 
 import os
@@ -47,6 +48,8 @@ def same_card(named: str, detected: str) -> bool:
 
 
 def _nvml() -> list[Card] | None:
+    if not _driver_present():  # NVML has nothing to say; importing pynvml alone is 3% of a plan
+        return None
     try:
         import pynvml
 

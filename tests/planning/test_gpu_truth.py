@@ -29,6 +29,7 @@ def fake_nvml(monkeypatch, cards: list[tuple[str, float]]):
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=int(cards[h][1] * GIB), used=0),
     )
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(gpus, "_driver_present", lambda: True)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
