@@ -43,6 +43,15 @@ def _mark_groups_in_test_ids(items) -> None:
 
 
 @pytest.fixture(scope="session")
+def build():
+    """grpo_exp.training.build, imported by the tests that call it: it imports TRL (~10 s on 2 cores), which a
+    module-level import would charge every xdist worker at collection, whether or not it runs such a test."""
+    from grpo_exp.training import build
+
+    return build
+
+
+@pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
     """One tiny-model cache for the session (GRPO_EXP_CACHE), unless the caller set one. Shared by the
     xdist workers (beside their own temp dirs): each model is built once, the tool-calling one (~10 s of

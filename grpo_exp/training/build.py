@@ -22,6 +22,7 @@ from grpo_exp.core import rundir
 from grpo_exp.data.checks import row_problems
 from grpo_exp.planning.placement import SERVER_HOST_ENV, weight_sync
 from grpo_exp.training.data import build_dataset, build_eval_dataset
+from grpo_exp.training.fsdp import fsdp_fields
 from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer
 from grpo_exp.training.tiny import tiny_model_dir
 from grpo_exp.training.weight_sync import generation_class as files_synced_generation
@@ -45,25 +46,6 @@ def deepspeed_dict(cfg: DictConfig) -> dict | None:
     """DeepSpeed's config dict as DeepSpeed defines it; None when the group is `none`."""
     ds = OmegaConf.to_container(cfg.deepspeed, resolve=True)
     return ds or None
-
-
-# fsdp/ keys that are grpo_exp's own; every other key is one of transformers' fsdp_config keys, verbatim.
-FSDP_OWN_KEYS = ("name", "enabled", "shard_group")
-
-
-def fsdp_fields(cfg: DictConfig) -> dict:
-    """GRPOConfig's `fsdp` / `fsdp_config` for the fsdp group ({} without FSDP), and for shard_group=node
-    accelerate's ParallelismConfig: shard within a node (torchrun's LOCAL_WORLD_SIZE ranks), replicate across."""
-    if not cfg.fsdp.enabled:
-        return {}
-    config = {k: v for k, v in OmegaConf.to_container(cfg.fsdp).items() if k not in FSDP_OWN_KEYS and v is not None}
-    fields = {"fsdp": True, "fsdp_config": config}
-    world, local = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    if cfg.fsdp.shard_group == "node" and world > local:
-        from accelerate.parallelism_config import ParallelismConfig
-
-        fields["parallelism_config"] = ParallelismConfig(dp_replicate_size=world // local, dp_shard_size=local)
-    return fields
 
 
 def vllm_fields(cfg: DictConfig) -> dict:

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from grpo_exp.config.schema import FsdpConfig
-from grpo_exp.training import build
+from grpo_exp.training import fsdp
 from tests.helpers import compose_cfg, problem_keys, problems
 
 
@@ -50,21 +50,27 @@ def test_every_fsdp_key_is_one_transformers_reads(monkeypatch):
         "fsdp.transformer_layer_cls_to_wrap=[Qwen2DecoderLayer]",
         "fsdp.state_dict_type=SHARDED_STATE_DICT",
     )
-    fields = build.fsdp_fields(cfg)
-    own = set(build.FSDP_OWN_KEYS)
+    fields = fsdp.fsdp_fields(cfg)
+    own = set(fsdp.FSDP_OWN_KEYS)
     assert set(fields["fsdp_config"]) == {f.name for f in dataclasses.fields(FsdpConfig)} - own
     args = TrainingArguments(output_dir="/tmp/unused", use_cpu=True, report_to="none", **fields).fsdp_plugin_args
     assert args["fsdp_version"] == 2 and args["reshard_after_forward"] is False
     assert args["cpu_ram_efficient_loading"] is True and args["state_dict_type"] == "SHARDED_STATE_DICT"
     assert args["transformer_cls_names_to_wrap"] == "Qwen2DecoderLayer"
-    assert build.fsdp_fields(compose_cfg()) == {}
+    assert fsdp.fsdp_fields(compose_cfg()) == {}
 
 
-@pytest.mark.parametrize(("world", "local", "replicas"), [(16, 8, 2), (8, 8, None)])
+@pytest.mark.parametrize(
+    ("world", "local", "replicas"),
+    [
+        pytest.param(16, 8, 2, marks=pytest.mark.slow),  # imports accelerate (and torch): ~5 s of make test-fast's
+        (8, 8, None),
+    ],
+)
 def test_hybrid_shard_is_accelerates_parallelism_config_over_nodes(monkeypatch, world, local, replicas):
     monkeypatch.setenv("WORLD_SIZE", str(world))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local))
-    fields = build.fsdp_fields(compose_cfg("fsdp=hybrid_shard"))
+    fields = fsdp.fsdp_fields(compose_cfg("fsdp=hybrid_shard"))
     found = fields.get("parallelism_config")
     assert (found.dp_replicate_size, found.dp_shard_size) == (replicas, local) if replicas else found is None
 

@@ -13,7 +13,6 @@ from omegaconf import OmegaConf
 
 from grpo_exp.config import keys
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields
-from grpo_exp.training import build
 from tests.helpers import compose_cfg, report
 
 # --- aliases and coerced values ------------------------------------------------------------------
@@ -64,7 +63,7 @@ def test_alias_and_its_name_set_to_different_values_are_refused_naming_both():
     assert report("trainer.gradient_checkpointing=true", "trainer.activation_checkpointing=true")[0] == ""
 
 
-def test_the_alias_reaches_grpo_config_and_the_plan(tmp_path):
+def test_the_alias_reaches_grpo_config_and_the_plan(build, tmp_path):
     _, cfg = report("model=qwen7b", "topology=1x8", "trainer.gradient_checkpointing=true", "action=plan")
     args = build.grpo_config(cfg, tmp_path, use_cpu=True)
     # transformers mirrors the new name
@@ -72,7 +71,7 @@ def test_the_alias_reaches_grpo_config_and_the_plan(tmp_path):
 
 
 @pytest.mark.parametrize("value,expected", [("false", "none"), ("true", "group"), ("batch", "batch")])
-def test_scale_rewards_takes_trls_booleans(value, expected, tmp_path):
+def test_scale_rewards_takes_trls_booleans(build, value, expected, tmp_path):
     text, cfg = report(f"trainer.scale_rewards={value}")
     assert text == "" and cfg.trainer.scale_rewards == expected
     assert build.grpo_config(cfg, tmp_path, use_cpu=True).scale_rewards == expected
@@ -173,7 +172,7 @@ def test_vllm_max_model_length_below_prompt_and_completion_is_a_note_not_a_refus
     assert any("vLLM ends such generations at its limit" in note for note in memory["notes"])
 
 
-def _grpo_config_accepts(cfg, tmp_path) -> None:
+def _grpo_config_accepts(build, cfg, tmp_path) -> None:
     build.grpo_config(cfg, tmp_path, use_cpu=True)  # raises what TRL / transformers would raise in every worker
 
 
@@ -207,7 +206,7 @@ FUZZ_VALUES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])  # 2 x 80: make test's workers share them
-def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(seed, tmp_path):
+def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(build, seed, tmp_path):
     """160 seeded random configs over every settable trainer and vllm key: the driver either reports
     problems (naming keys) or accepts, and whatever it accepts GRPOConfig builds."""
     rng = random.Random(seed)
@@ -223,7 +222,7 @@ def test_random_configs_never_raise_and_what_the_driver_accepts_trl_builds(seed,
         if not text and cfg is not None:
             accepted += 1
             try:
-                _grpo_config_accepts(cfg, tmp_path)
+                _grpo_config_accepts(build, cfg, tmp_path)
             except Exception as exc:  # the driver accepted what TRL refuses: a gap in the checks
                 pytest.fail(f"{items}: accepted by the driver, refused by GRPOConfig: {exc}")
     assert accepted >= 3  # the draw also exercises valid configs
@@ -435,7 +434,7 @@ def _expected(value):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("field", [f for f in dataclasses.fields(TrainerFields)], ids=lambda f: f.name)
-def test_every_trainer_field_set_on_the_command_line_is_what_grpo_config_holds(field, tmp_path):
+def test_every_trainer_field_set_on_the_command_line_is_what_grpo_config_holds(build, field, tmp_path):
     if field.name in NOT_SETTABLE_HERE:
         pytest.skip(NOT_SETTABLE_HERE[field.name])
     default = compose_cfg().trainer[field.name]

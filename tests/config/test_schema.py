@@ -10,7 +10,6 @@ from grpo_exp.config import model_families, model_info, schema_gen, trl_schema
 from grpo_exp.config.keys import ALIASES, OWNED_TRAINER_FIELDS
 from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import TrainerConfig, VllmConfig
-from grpo_exp.training import build
 from tests.helpers import CONF, compose_cfg, group_options
 
 GROUPS = [
@@ -53,7 +52,7 @@ def test_every_group_has_options():
 
 
 @pytest.mark.parametrize("group,option", MATRIX)
-def test_option_composes_and_builds(group, option, tmp_path, request):
+def test_option_composes_and_builds(build, group, option, tmp_path, request):
     extra = (
         ["data.path=tests/fixtures/gsm8k_sample.jsonl"]
         if (group, option) in (("data", "jsonl"), ("data", "hf"))
@@ -136,7 +135,7 @@ def test_trainer_defaults_are_trls_except_the_yaml_deltas():
     assert GRPOConfig.__dataclass_fields__["learning_rate"].default != trainer["learning_rate"]
 
 
-def test_vllm_keys_are_grpo_config_vllm_fields_without_prefix():
+def test_vllm_keys_are_grpo_config_vllm_fields_without_prefix(build):
     fields = _grpo_fields()
     own = build.VLLM_OWN_KEYS
     assert "mode" in own and "gpus" in own
@@ -157,7 +156,7 @@ def test_vllm_keys_are_grpo_config_vllm_fields_without_prefix():
     }
 
 
-def test_any_grpo_config_field_reaches_grpo_config(tmp_path):
+def test_any_grpo_config_field_reaches_grpo_config(build, tmp_path):
     cfg = compose_cfg(
         "trainer.epsilon_high=0.28",
         "trainer.min_p=0.05",
@@ -209,7 +208,7 @@ def test_model_numbers_match_transformers_parameter_count(option):
     assert option.startswith("tiny-") or "/" in m.name_or_path
 
 
-def test_tiny_model_count_matches_yaml(model_cache, monkeypatch):
+def test_tiny_model_count_matches_yaml(build, model_cache, monkeypatch):
     monkeypatch.setenv("GRPO_EXP_CACHE", str(model_cache))
     from transformers import AutoModelForCausalLM
 

@@ -5,7 +5,6 @@ import json
 import time
 
 import pytest
-import torch
 
 from grpo_exp.core import outcome, rundir
 
@@ -108,15 +107,19 @@ def test_status_of_prefers_the_records_to_the_exit_code(tmp_path):
         ),
         (MemoryError(), "host", None),
         (
-            torch.OutOfMemoryError(
-                "CUDA out of memory. Tried to allocate 1.42 GiB. GPU 7 has a total capacity of 79.35 GiB"
-            ),
+            "torch.OutOfMemoryError",  # built in the test: importing torch here costs every xdist worker ~3 s
             "cuda",
             int(1.42 * 2**30),
         ),
     ],
 )
 def test_oom_details(exc, kind, requested):
+    if exc == "torch.OutOfMemoryError":
+        import torch
+
+        exc = torch.OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 1.42 GiB. GPU 7 has a total capacity of 79.35 GiB"
+        )
     assert outcome.oom_details(exc) == {"kind": kind, "requested_bytes": requested}
 
 

@@ -13,7 +13,6 @@ import psutil
 import pytest
 
 from grpo_exp.core import outcome, rundir
-from grpo_exp.training import build
 from tests.helpers import FIXTURES, compose_cfg
 
 pytestmark = pytest.mark.e2e
@@ -169,7 +168,7 @@ def test_multirun_sweeps_two_jobs(two_job_sweep):
         assert f"name: {env}" in (sweep_dir / job / rundir.CONFIG).read_text()
 
 
-def test_failure_in_worker_is_recorded(cli, tmp_path, model_cache, monkeypatch):
+def test_failure_in_worker_is_recorded(build, cli, tmp_path, model_cache, monkeypatch):
     """A model whose config.json names no known architecture: passes the driver's checks, fails in
     the worker while loading."""
     monkeypatch.setenv("GRPO_EXP_CACHE", str(model_cache))

@@ -1,8 +1,8 @@
 """What memory a process holds, from every source the machine has."""
 
 import pytest
-import torch
 
+from grpo_exp.core import gpus
 from grpo_exp.training import probes
 from tests.helpers import run_fresh
 
@@ -25,14 +25,16 @@ def test_probe_reads_real_host_peak_and_resets_it():
 def test_no_vllm_probe_without_nvml_or_reserved_gpus(monkeypatch):
     monkeypatch.delenv("GRPO_EXP_VLLM_GPUS", raising=False)
     assert probes.VllmServerProbe.from_env() is None
-    if not torch.cuda.is_available():  # no NVIDIA driver: NVML cannot open the device
+    if not gpus.detect():  # no NVIDIA driver: NVML cannot open the device
         monkeypatch.setenv("GRPO_EXP_VLLM_GPUS", "0")
         assert probes.VllmServerProbe.from_env() is None
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(not gpus.detect(), reason="needs a CUDA GPU")
 def test_cuda_and_nvml_stats_on_a_gpu():
+    import torch
+
     probe = probes.MemoryProbe()
     probe.reset()
     x = torch.empty(256 * MIB, dtype=torch.uint8, device="cuda")
@@ -45,7 +47,7 @@ def test_cuda_and_nvml_stats_on_a_gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.skipif(not gpus.detect(), reason="needs a CUDA GPU")
 def test_vllm_server_probe_reads_nvml_on_a_gpu(monkeypatch):
     monkeypatch.setenv("GRPO_EXP_VLLM_GPUS", "0")
     probe = probes.VllmServerProbe.from_env()
