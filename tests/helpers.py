@@ -31,6 +31,28 @@ register_configs()
 register_plugins()  # the frontier sweeper, as the command registers it
 
 
+# make test runs one representative case of each exhaustive matrix and a third of the property tests' examples;
+# make test-matrix (GRPO_EXP_MATRIX=1) runs every case and every example (docs/development.md).
+FULL_MATRIX = os.environ.get("GRPO_EXP_MATRIX") == "1"
+
+
+def matrix(cases: list, representative) -> list:
+    """pytest parameters (a tuple per case of several arguments, a value per case of one): the cases
+    `representative(case)` keeps run in make test; every other one is marked `matrix`, for make test-matrix."""
+    import pytest
+
+    def marked(case):
+        values = case if isinstance(case, tuple) else (case,)
+        return pytest.param(*values, marks=pytest.mark.matrix)
+
+    return [case if representative(case) else marked(case) for case in cases]
+
+
+def examples(full: int) -> int:
+    """A property test's example count: `full` in make test-matrix, a third of it (at least 5) in make test."""
+    return full if FULL_MATRIX else max(full // 3, 5)
+
+
 def group_options(group: str) -> list[str]:
     """The options a group ships (not the recipe tests' temporary experiments, `_test_*`, written while they run)."""
     return sorted(p.stem for p in (CONF / group).glob("*.yaml") if not p.stem.startswith("_test_"))

@@ -43,3 +43,26 @@ def test_tests_reading_one_shared_run_share_one_xdist_worker(tmp_path):
     )
     workers = {line.split("]")[0] for line in out.stdout.splitlines() if "PASSED" in line}
     assert out.returncode == 0 and len(workers) == 1, out.stdout[-2000:]
+
+
+@pytest.mark.slow
+def test_every_matrix_keeps_a_representative_case_in_make_test():
+    """A test function whose cases are marked `matrix` (make test-matrix) keeps at least one unmarked case that make
+    test runs (tests/helpers.py matrix()), and make test selects none of the marked ones."""
+    import subprocess
+    import sys
+
+    files = sorted(str(p) for p in (REPO / "tests").rglob("test_*.py") if "matrix(" in p.read_text())
+
+    def functions(marks: str) -> set[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-m", marks, *files],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        ).stdout
+        return {line.split("[")[0] for line in out.splitlines() if "::" in line}
+
+    marked, kept = functions("matrix"), functions("not matrix")
+    assert len(files) >= 4 and marked, files
+    assert marked <= kept, f"no representative case left in make test: {sorted(marked - kept)}"

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from grpo_exp.config import keys
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields
-from tests.helpers import compose_cfg, report
+from tests.helpers import compose_cfg, matrix, report
 
 # --- aliases and coerced values ------------------------------------------------------------------
 
@@ -432,8 +432,17 @@ def _expected(value):
     return getattr(value, "value", value)
 
 
+TRAINER_FIELDS = dataclasses.fields(TrainerFields)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("field", [f for f in dataclasses.fields(TrainerFields)], ids=lambda f: f.name)
+@pytest.mark.parametrize(
+    "field",
+    # make test: every fifth field (test_any_grpo_config_field_reaches_grpo_config sets several at once in
+    # make test-fast); make test-matrix: every field
+    matrix(list(TRAINER_FIELDS), lambda f: TRAINER_FIELDS.index(f) % 5 == 0),
+    ids=lambda f: f.name,
+)
 def test_every_trainer_field_set_on_the_command_line_is_what_grpo_config_holds(build, field, tmp_path):
     if field.name in NOT_SETTABLE_HERE:
         pytest.skip(NOT_SETTABLE_HERE[field.name])

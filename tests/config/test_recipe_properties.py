@@ -16,7 +16,7 @@ from grpo_exp.config import keys, recipe
 from grpo_exp.config.recipe.fields import LATER, TRAINER_FIELDS, VLLM_FIELDS
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
 from grpo_exp.planning import planner
-from tests.helpers import check, compose_cfg
+from tests.helpers import check, compose_cfg, examples
 
 pytestmark = pytest.mark.slow  # a few hundred imports and plans: make test, not make test-fast
 
@@ -115,7 +115,7 @@ ACCELERATE = st.one_of(
     ),
 )
 SETTINGS = settings(
-    max_examples=25,
+    max_examples=examples(25),  # make test-matrix: 25
     deadline=None,
     derandomize=True,  # the same examples every run: a CI failure reproduces here
     database=None,
@@ -227,7 +227,7 @@ def valid_recipes(draw):
     return fields, accelerate
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=examples(15))
 @given(case=valid_recipes())
 def test_a_recipe_trl_accepts_imports_and_plans_without_a_problem(tmp_path_factory, case, capsys):
     fields, accelerate = case
@@ -279,7 +279,7 @@ def open_r1_recipes(draw):
     return fields, accelerate
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=examples(15))
 @given(case=open_r1_recipes())
 def test_an_open_r1_recipe_imports_after_the_skips_its_fix_lines_name_and_plans_clean(tmp_path_factory, case, capsys):
     fields, accelerate = case

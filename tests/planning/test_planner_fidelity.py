@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from grpo_exp.planning import inputs, memory
 from grpo_exp.training.saved_bytes import LAYER_KEYS as ARCH_KEYS
 from grpo_exp.training.saved_bytes import measure
-from tests.helpers import CONF
+from tests.helpers import CONF, matrix
 
 ARCHITECTURES = ["qwen0.5b", "qwen3-0.6b", "qwen1.5b", "qwen3-1.7b"]
 # The same fit holds for wider ones (docs/memory-planner.md), at ~30 s (qwen3-4b) to minutes each on 2 cores:
@@ -64,7 +64,7 @@ def _inputs(model: dict, dtype: str, autocast: bool, checkpointing: bool) -> inp
     )
 
 
-@pytest.fixture(scope="module", params=ARCHITECTURES)
+@pytest.fixture(scope="module")
 def architecture(request):
     """One decoder layer of the architecture, built once per weights dtype."""
     from grpo_exp.training.saved_bytes import _model
@@ -81,9 +81,18 @@ def architecture(request):
     return request.param, model, get
 
 
+SHAPES = [(setting, checkpointing) for checkpointing in (False, True) for setting in SETTINGS]
+CASES = [(a, s, c) for a in ARCHITECTURES for s, c in SHAPES]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("setting", ["fp32", "fp32+autocast", "bf16"])
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["no-ckpt", "ckpt"])
+@pytest.mark.parametrize(
+    "architecture,setting,checkpointing",
+    # make test: each setting with and without checkpointing once, the architectures in turn; make test-matrix: all
+    matrix(CASES, lambda c: ARCHITECTURES.index(c[0]) == SHAPES.index(c[1:]) % len(ARCHITECTURES)),
+    indirect=["architecture"],
+    ids=[f"{a}-{'ckpt' if c else 'no-ckpt'}-{s}" for a, s, c in CASES],
+)
 def test_activation_and_head_terms_match_saved_bytes(architecture, setting, checkpointing):
     name, model, get = architecture
     dtype, autocast = SETTINGS[setting]
