@@ -157,9 +157,9 @@ def trackio_dir(tmp_path_factory) -> Path | None:
 def one_rank_run(tmp_path_factory, model_cache, mlflow_server, trackio_dir):
     """A real 1-process run with W&B offline, GRPOConfig fields beyond grpo_exp's YAML (EXTRA_FIELDS)
     and secrets in its environment (SECRETS), 2 steps; beside W&B, MLflow (the session's real server),
-    TensorBoard and trackio (a local store) where they are installed. test_e2e (one process), test_e2e_config
-    (the fields reach GRPOConfig), test_nothing_lost (no secret in the run dir; the dir is one run's) and
-    test_trackers read it."""
+    TensorBoard and trackio (a local store) where they are installed, and a user's tracker by _target_.
+    test_e2e (one process), test_e2e_config (the fields reach GRPOConfig), test_nothing_lost (no secret in the
+    run dir; the dir is one run's) and test_trackers read it."""
     import importlib.util
 
     also, env = [], dict(SECRETS)
@@ -172,6 +172,9 @@ def one_rank_run(tmp_path_factory, model_cache, mlflow_server, trackio_dir):
     if importlib.util.find_spec("swanlab") is not None:
         also.append("swanlab")  # offline (logger.mode): <run dir>/swanlog
     trackers = [f"logger.also=[{','.join(also)}]"] if also else []
+    # and a tracker of a user's own (tests/user_tracker.py), with a key of its own beside _target_
+    mine = tmp_path_factory.mktemp("user_tracker") / "rows.jsonl"
+    trackers += ["++logger._target_=tests.user_tracker.JsonlTracker", f"++logger.path={mine}"]
     return _shared_run(
         tmp_path_factory,
         model_cache,

@@ -3,12 +3,13 @@ shipped ones keep their protocol; a new tracker or launcher module, with its YAM
 checked and run with no other file changed (the worked examples of docs/architecture.md)."""
 
 import importlib
+import json
 import sys
 
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config import trackers
+from grpo_exp import trackers
 from grpo_exp.launching import launchers
 from tests.helpers import CONF, compose_cfg, problems
 
@@ -56,7 +57,7 @@ def new_tracker(tmp_path, monkeypatch):
     (tmp_path / "conf" / "logger").mkdir(parents=True)
     (tmp_path / "conf" / "logger" / "jsonl_demo.yaml").write_text("name: jsonl_demo\n")
     yield f"hydra.searchpath=[file://{tmp_path / 'conf'}]"
-    sys.modules.pop("grpo_exp.config.trackers.jsonl_demo", None)
+    sys.modules.pop("grpo_exp.trackers.jsonl_demo", None)
 
 
 def test_a_new_tracker_is_one_module_and_one_yaml(new_tracker, tmp_path):
@@ -68,7 +69,7 @@ def test_a_new_tracker_is_one_module_and_one_yaml(new_tracker, tmp_path):
     started = trackers.start(cfg, tmp_path / "run")
     started.ready()
     started.finish({"status": "completed"}, 0)
-    assert sys.modules["grpo_exp.config.trackers.jsonl_demo"].FINISHED == [("completed", 0)]
+    assert sys.modules["grpo_exp.trackers.jsonl_demo"].FINISHED == [("completed", 0)]
 
 
 def test_a_name_no_tracker_module_has_is_refused():
@@ -117,3 +118,36 @@ def test_a_new_launcher_is_one_module_and_one_yaml(tmp_path, monkeypatch):
         assert sys.modules["grpo_exp.launching.launchers.record_only"].RAN[0][-1].endswith("config.yaml")
     finally:
         sys.modules.pop("grpo_exp.launching.launchers.record_only", None)
+
+
+def test_a_users_own_tracker_is_named_by_target_and_built_with_its_keys(tmp_path):
+    """logger._target_ on any logger option (none included): its other keys are the tracker's own, not unknown
+    keys; rank 0's trackers build it with them, give it each step and the summary, then close it."""
+    mine = ["logger=none", "++logger._target_=tests.user_tracker.JsonlTracker", f"++logger.path={tmp_path / 'rows'}"]
+    assert problems(*mine) == []
+    started = trackers.start(compose_cfg(*mine), tmp_path / "run")
+    started.ready()
+    started.log({"loss": 0.5, "memory/train/host_rss_max_gib": 1.0}, 1)
+    started.finish({"global_step": 1, "status": "completed", "plan/peak/train_gib": 2.0}, 0)
+    rows = [json.loads(line) for line in (tmp_path / "rows").read_text().splitlines()]
+    assert rows == [
+        {"step": 1, "loss": 0.5, "memory/train/host_rss_max_gib": 1.0},
+        {"step": 1, "summary/global_step": 1.0, "summary/plan/peak/train_gib": 2.0, "summary/exit_code": 0},
+        {"closed": True},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        ("tests.user_tracker.Missing", "is not an importable class"),
+        ("tests.user_tracker.NoClose", "has no close"),
+    ],
+)
+def test_a_target_that_is_no_tracker_is_refused_by_its_key(target, why):
+    [problem] = problems("logger=none", f"++logger._target_={target}")
+    assert problem.key == "logger._target_" and why in problem.why
+
+
+def test_a_key_beside_no_target_is_still_unknown():
+    assert [p.key for p in problems("++logger.path=/tmp/x")] == ["logger.path"]

@@ -60,8 +60,8 @@ def commands() -> list[tuple[str, list[str]]]:
                         or "/" in a
                         or "<" in a
                         or "..." in a
-                        or ("_target_" in a and not re.search(r"_target_: my_\w+\.", a))  # the docs' own modules run
-                        or re.search(r"(?<!_target_: )\bmy_", a)
+                        or ("_target_" in a and not re.search(r"_target_(: |=)my_\w+\.", a))  # the docs' own modules
+                        or re.search(r"(?<!_target_: )(?<!_target_=)\bmy_", a)
                         for a in args
                     )
                 ):

@@ -13,8 +13,8 @@ import dataclasses
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem
-from grpo_exp.config import deepspeed_check, env, model_info, rules, trackers
+from grpo_exp import Problem, trackers
+from grpo_exp.config import deepspeed_check, env, model_info, rules
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.rewards import check_rewards
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES
@@ -49,9 +49,10 @@ def check_unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Problem]:
         return []
     fields = {f.name for f in dataclasses.fields(schema)}
     problems = []
+    targeted = "_target_" in fields and cfg.get("_target_")  # Hydra's rule: the other keys go to the target
     for key in cfg.keys():
         full_key = f"{prefix}{key}"
-        if key not in fields:
+        if key not in fields and not targeted:
             problems.append(unknown_key(full_key))
         elif OmegaConf.is_dict(cfg._get_node(key)):
             problems += check_unknown_keys(cfg[key], f"{full_key}.")
@@ -214,7 +215,10 @@ def check_fsdp(cfg: DictConfig) -> list[Problem]:
 
 
 def check_trackers(cfg: DictConfig) -> list[Problem]:
-    """logger.also: trackers beside logger.name, each once, each one grpo_exp runs."""
+    """logger.also: trackers beside logger.name, each once, each one grpo_exp runs; logger._target_: a class with
+    the Tracker protocol's methods, importable here as on rank 0."""
+    if cfg.logger._target_ is not None and (missing := trackers.not_a_tracker(cfg.logger._target_)):
+        return [Problem("logger._target_", missing, "name a class with log_dict(metrics, step) and close()")]
     also = list(cfg.logger.also)
     unknown = [t for t in also if t not in trackers.names()]
     if unknown:

@@ -253,7 +253,7 @@ OWNED_TRAINER_FIELDS = {
     "output_dir": "the run dir (hydra.run.dir); checkpoints go to <run dir>/checkpoints",
     "deepspeed": "the deepspeed group (deepspeed=zero3, deepspeed.<key>=...)",
     "use_cpu": "the topology (CPU when no GPU is detected or topology.gpus_per_node=0)",
-    "report_to": "logger (logger=<a tracker of grpo_exp/config/trackers/> | none; logger.also=[...]: several)",
+    "report_to": "logger (logger=<a tracker of grpo_exp/trackers/> | none; logger.also=[...]: several)",
     "run_name": "run_name (top level)",
     "seed": "seed (top level)",
     "ddp_timeout": "topology.collective_timeout_s",

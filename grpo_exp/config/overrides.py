@@ -86,8 +86,8 @@ def _allows(path: list[str], kind=Config) -> bool:
     if not dataclasses.is_dataclass(kind):
         return True  # Dict[str, Any] / Any: open
     hints = typing.get_type_hints(kind)
-    if path[0] not in hints:
-        return False
+    if path[0] not in hints:  # a section with a _target_ (logger) takes its target's keys: checked once composed
+        return "_target_" in hints
     child = hints[path[0]]
     if typing.get_origin(child) is typing.Union:  # Optional[X]
         child = next(a for a in typing.get_args(child) if a is not type(None))

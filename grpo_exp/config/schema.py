@@ -268,7 +268,7 @@ class FsdpConfig:
 
 @dataclass
 class LoggerConfig:
-    name: str = MISSING  # a tracker: a module of grpo_exp/config/trackers/ (conf/logger/ lists them), or none
+    name: str = MISSING  # a tracker: a module of grpo_exp/trackers/ (conf/logger/ lists them), or none
     also: List[str] = field(default_factory=list)  # more trackers at once: logger=wandb logger.also=[tensorboard]
     project: str = "grpo_exp"  # the tracker's project (W&B's, trackio's, ...)
     entity: Optional[str] = None
@@ -278,6 +278,9 @@ class LoggerConfig:
     # quiet: the console shows the plan, one line per logging step and the run report; TRL's metric
     # dicts, library warnings and the W&B footer go to train.log only. full: everything, as printed.
     console: str = "quiet"
+    # A tracker of your own beside logger.name (none included): a class with log_dict(metrics, step) and close()
+    # (grpo_exp.trackers.Tracker); the logger's keys the schema does not have (++logger.path=...) go to its constructor.
+    _target_: Optional[str] = None
 
 
 @dataclass

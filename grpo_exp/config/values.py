@@ -5,8 +5,7 @@ import math
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, is_number
-from grpo_exp.config import trackers
+from grpo_exp import Problem, is_number, trackers
 from grpo_exp.config.model_schema import DTYPES
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 
@@ -21,7 +20,7 @@ CHOICES = {
     "model.dtype": DTYPES,
     "launcher.kubernetes.kind": ("auto", "trainjob", "jobset"),
     "launcher.kubernetes.image_pull_policy": ("Always", "IfNotPresent", "Never"),
-    "logger.name": lambda: (*trackers.names(), "none"),  # grpo_exp/config/trackers/: a module each, read when checked
+    "logger.name": lambda: (*trackers.names(), "none"),  # grpo_exp/trackers/: a module each, read when checked
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
     "preflight.on_oom": ("refuse", "warn", "fit"),

@@ -78,4 +78,13 @@ class Summary(RankRecord, total=False):
     suggestions: list[dict]  # a predicted OOM's ranked fixes
     failed_at: dict  # the root cause's {rank, node, host, phase}, where a rank failed
     ending: str  # the cause node 0 knew while it wound its ranks down (outcome.ending)
+    note: str  # what the status alone does not say (a node without rank 0, a dedicated serving node)
+    fits: bool  # action=plan in a sweep: the plan's verdict (planned trials), with its first fix
+    suggestion: str | None
+    slurm_job_id: str  # launcher=slurm: the job, its restarts, and how SLURM ended a job that left no result
+    slurm_restarts: int
+    slurm_state: str
+    slurm_reason: str | None
+    slurm_lost_attempts: list[dict]  # {state, reason, time} per attempt SLURM ended without a result
+    kubernetes: dict  # launcher=kubernetes: the Job's (or JobSet's) {kind, name, phase, reason, ...} as last seen
     silent_ranks: list[dict]  # {rank, phase}: ranks of a failed run that left no record (killed, their node lost)

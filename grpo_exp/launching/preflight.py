@@ -9,9 +9,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import Problem, is_local_path
+from grpo_exp import Problem, is_local_path, trackers
 from grpo_exp import data as loaders
-from grpo_exp.config import env, trackers
+from grpo_exp.config import env
 from grpo_exp.config.rewards import reward_columns
 from grpo_exp.core import packages
 from grpo_exp.data import checks as data_checks

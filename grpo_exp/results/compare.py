@@ -14,7 +14,7 @@ import argparse
 from functools import partial
 from pathlib import Path
 
-from grpo_exp.config import trackers
+from grpo_exp import trackers
 from grpo_exp.config.overrides import values
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.records import Status

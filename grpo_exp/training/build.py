@@ -13,14 +13,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config import env, trackers
+from grpo_exp import trackers
+from grpo_exp.config import env
 from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import VllmConfig
-from grpo_exp.config.trackers.common import run_name
 from grpo_exp.config.trl_schema import VllmFields
 from grpo_exp.core import rundir
 from grpo_exp.data.checks import row_problems
 from grpo_exp.planning.placement import SERVER_HOST_ENV, weight_sync
+from grpo_exp.trackers.common import run_name
 from grpo_exp.training.data import build_dataset, build_eval_dataset
 from grpo_exp.training.fsdp import fsdp_fields
 from grpo_exp.training.measured_trainer import MeasuredGRPOTrainer

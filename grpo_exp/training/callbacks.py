@@ -10,7 +10,9 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 from grpo_exp.core import metrics, rundir
+from grpo_exp.trackers import Trackers
 from grpo_exp.training.guards import StallWatchdog
+from grpo_exp.training.phases import run_peaks
 from grpo_exp.training.preemption import Preemption
 
 progress = logging.getLogger("grpo_exp.progress")  # the lines a quiet console shows (launching/launch.py)
@@ -18,10 +20,13 @@ progress = logging.getLogger("grpo_exp.progress")  # the lines a quiet console s
 
 class RunDirCallback(TrainerCallback):
     """Mirrors every log() of rank 0 into metrics.jsonl (GRPOTrainer.log() has merged its reward/completion and
-    our memory metrics into `logs` by then) and re-arms the stall watchdog at every finished step."""
+    our memory metrics into `logs` by then) and into a user's own tracker (logger._target_: with the run's memory
+    peaks so far), and re-arms the stall watchdog at every finished step."""
 
-    def __init__(self, run_dir: Path, rank: int, watchdog: StallWatchdog):
+    def __init__(self, run_dir: Path, rank: int, watchdog: StallWatchdog, tracker: Trackers | None = None):
         self.writer = rundir.MetricsWriter(run_dir) if rank == 0 else None
+        self.tracker = tracker
+        self.peaks: dict[str, float] = {}  # memory/peak/*: the run's so far
         self.watchdog = watchdog
         self.first_logs: dict = {}
         self.last_logs: dict = {}
@@ -44,6 +49,8 @@ class RunDirCallback(TrainerCallback):
             self.writer.write(state.global_step, logs)
             self.first_logs = self.first_logs or dict(logs)
             progress.info(progress_line(state.global_step, state.max_steps, logs))
+            if self.tracker is not None:
+                self.tracker.log({**logs, **run_peaks(logs, self.peaks)}, state.global_step)
         self.last_logs.update(logs)
 
 

@@ -36,7 +36,7 @@ from grpo_exp.planning import plan_file
 from grpo_exp.training.preemption import Preemption
 
 if TYPE_CHECKING:
-    from grpo_exp.config.trackers import Trackers
+    from grpo_exp.trackers import Trackers
     from grpo_exp.training.callbacks import RunDirCallback
     from grpo_exp.training.guards import StallWatchdog
     from grpo_exp.training.heartbeat import Heartbeat
@@ -91,7 +91,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> _Ran
     """Everything before the process group: the model files, the memory cap, where a resumed run
     continues, the tracker, the stall watchdog and the probes."""
     # torch, transformers and trl load here, after main installed the stop handler
-    from grpo_exp.config import trackers  # (the stop handler first: see the module's docstring)
+    from grpo_exp import trackers  # (the stop handler first: see the module's docstring)
     from grpo_exp.training import build, callbacks, guards, phases, probes
 
     state = _Rank(cfg, run_dir, rank, world_size, started=time.time())
@@ -111,7 +111,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> _Ran
         )
     state.tracker = trackers.start(cfg, run_dir) if rank == 0 else trackers.Trackers([])
     state.watchdog = guards.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
-    state.callback = callbacks.RunDirCallback(run_dir, rank, state.watchdog)
+    state.callback = callbacks.RunDirCallback(run_dir, rank, state.watchdog, state.tracker)
     vllm_probe = probes.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
     if cfg.memory.telemetry:
         phase_file = rundir.phase_path(run_dir, rank)

@@ -76,7 +76,7 @@ def test_hybrid_shard_is_accelerates_parallelism_config_over_nodes(monkeypatch, 
 
 
 def test_an_fsdp_run_is_tagged_with_its_sharding():
-    from grpo_exp.config.trackers.common import run_tags
+    from grpo_exp.trackers.common import run_tags
 
     assert "fsdp:hybrid_shard" in run_tags(compose_cfg("fsdp=hybrid_shard"))
     assert not any(t.startswith("fsdp:") for t in run_tags(compose_cfg()))

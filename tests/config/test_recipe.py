@@ -675,7 +675,7 @@ def test_a_recipes_own_fsdp_fields_become_the_fsdp_group(importer, fields, optio
 
 def test_report_to_becomes_the_logger_and_its_companions(importer):
     """TRL's report_to: the first tracker is logger=, the others logger.also (TensorBoard and MLflow run too)."""
-    from grpo_exp.config.trackers import installed as installed_trackers
+    from grpo_exp.trackers import installed as installed_trackers
 
     code, name = importer({**BASE, "report_to": ["tensorboard", "wandb"]}, ZERO2_3PROC)
     assert code == 0

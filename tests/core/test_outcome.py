@@ -125,3 +125,33 @@ def test_oom_details(exc, kind, requested):
 
 def test_other_errors_are_not_oom():
     assert outcome.oom_details(RuntimeError("Connection closed by peer")) is None
+
+
+# The functions that write summary.json's keys (outcome.py's, over rundir.write_summary).
+SUMMARY_WRITERS = {"note", "started", "refused", "launch_failed", "write_status", "write_summary", "record_resume"}
+
+
+def test_every_key_written_to_the_summary_is_a_field_of_summary():
+    """Each key a module gives summary.json's writers by name is typed in records.Summary (or RankRecord, which it
+    extends): the record a reader gets is the one the type says. (Keys built at run time, memory/peak/* and the
+    like, are metric names: core/metrics.py owns them.)"""
+    import ast
+    import typing
+    from pathlib import Path
+
+    from grpo_exp.core.records import Summary
+
+    typed = set(typing.get_type_hints(Summary))
+    written = {}
+    for path in Path(outcome.__file__).parents[1].rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+            inside = owner is None and path.name in ("outcome.py", "rundir.py")
+            if name in SUMMARY_WRITERS and (owner in ("outcome", "rundir") or inside):
+                written |= {kw.arg: f"{path.name}:{node.lineno}" for kw in node.keywords if kw.arg}
+    assert len(written) > 20, written  # the scan finds the writers' calls
+    assert {k: v for k, v in written.items() if k not in typed} == {}

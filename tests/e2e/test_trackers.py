@@ -122,7 +122,7 @@ def test_swanlabs_offline_store_holds_the_run_every_step_and_the_summary(swanlab
     from omegaconf import OmegaConf
     from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
 
-    from grpo_exp.config.trackers import common as tracking
+    from grpo_exp.trackers import common as tracking
     from tests.helpers import SECRETS
 
     run_dir = swanlab_run
@@ -157,3 +157,27 @@ def test_compare_reads_swanlabs_runs_as_it_reads_the_run_dir(swanlab_run):
     assert {k: remote[k] for k in shown} == pytest.approx({k: local[k] for k in shown})
     with pytest.raises(ValueError, match="no SwanLab runs below"):
         compare.load([f"swanlab:{swanlab_run / 'checkpoints'}"])
+
+
+def test_a_users_own_tracker_gets_every_step_with_the_memory_peaks_then_the_summary(one_rank_run):
+    """logger._target_ (tests/user_tracker.py, built with its own `path` key): every logging step's metrics as
+    metrics.jsonl holds them, with the run's memory peaks so far, then the summary's numbers, then close()."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    result, run_dir = one_rank_run
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    rows = [json.loads(line) for line in open(OmegaConf.load(run_dir / rundir.CONFIG).logger.path)]
+    steps, summary = rundir.read_metrics(run_dir), rundir.read_summary(run_dir)
+    *logged, last, closed = rows
+    assert closed == {"closed": True} and len(logged) == len(steps) == 2
+    key, peak = metrics.memory("train", "host_rss_max"), metrics.peak("train", "host_rss_max")
+    assert [r[key] for r in logged] == pytest.approx([s[key] for s in steps])
+    def so_far(i: int) -> float:  # the train role's peak: every phase but vLLM's, every step up to i
+        found = [(metrics.MEMORY.fullmatch(k), v) for s in steps[: i + 1] for k, v in s.items()]
+        return max(v for m, v in found if m and m.group(2) == "host_rss_max" and m.group(1) != metrics.VLLM)
+
+    assert [r[peak] for r in logged] == pytest.approx([so_far(0), so_far(1)])
+    assert last["step"] == summary["global_step"] and last["summary/exit_code"] == 0
+    assert last[f"summary/{metrics.plan_peak('train')}"] == pytest.approx(summary[metrics.plan_peak("train")])

@@ -12,7 +12,7 @@ def test_wandb_starts_beside_the_trainer_build_and_its_failure_reaches_the_worke
 
     import wandb
 
-    from grpo_exp.config import trackers as tracking
+    from grpo_exp import trackers as tracking
 
     release = threading.Event()
 
@@ -32,7 +32,7 @@ def test_wandb_starts_beside_the_trainer_build_and_its_failure_reaches_the_worke
 
 
 def test_trackers_are_the_logger_and_its_companions_and_each_is_checked():
-    from grpo_exp.config.trackers import configured as trackers
+    from grpo_exp.trackers import configured as trackers
     from tests.helpers import problem_keys, problems
 
     assert trackers(compose_cfg("logger=mlflow", "logger.also=[tensorboard,wandb]")) == [
@@ -53,7 +53,7 @@ def test_a_swanlab_run_that_failed_and_resumed_is_one_run_ending_as_the_last_att
     pytest.importorskip("swanlab", reason="swanlab is not installed (pip install -e '.[dev]' has it)")
     from swanlab.proto.swanlab.run.v1.run_pb2 import RunState
 
-    from grpo_exp.config import trackers as tracking
+    from grpo_exp import trackers as tracking
     from grpo_exp.results import compare
     from tests.helpers import swanlab_records
 

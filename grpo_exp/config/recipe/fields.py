@@ -6,8 +6,8 @@ import re
 
 import yaml
 
-from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path
-from grpo_exp.config import keys, trackers
+from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path, trackers
+from grpo_exp.config import keys
 from grpo_exp.config.keys import OWNED_TRAINER_FIELDS
 from grpo_exp.config.recipe.experiment import Experiment, inline, is_text, literal
 from grpo_exp.config.recipe.later_fields import LATER

@@ -5,8 +5,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp.config.overrides import values
-from grpo_exp.config.trackers.common import run_config, run_group, run_name, run_tags, summary_metrics
 from grpo_exp.core.runs import Run
+from grpo_exp.trackers.common import run_config, run_group, run_name, run_tags, summary_metrics
 
 REPORT_TO = "trackio"
 PACKAGE = "trackio"

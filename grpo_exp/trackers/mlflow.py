@@ -6,9 +6,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp.config.overrides import values
-from grpo_exp.config.trackers.common import run_group, run_tags, summary_metrics
 from grpo_exp.core import rundir
 from grpo_exp.core.runs import Run
+from grpo_exp.trackers.common import run_group, run_tags, summary_metrics
 
 REPORT_TO = "mlflow"
 PACKAGE = "mlflow"

@@ -6,9 +6,9 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp.config.overrides import values
-from grpo_exp.config.trackers.common import kept_run_id, run_config, run_group, run_name, run_tags, summary_metrics
 from grpo_exp.core.records import Status
 from grpo_exp.core.runs import Run
+from grpo_exp.trackers.common import kept_run_id, run_config, run_group, run_name, run_tags, summary_metrics
 
 REPORT_TO = "swanlab"
 PACKAGE = "swanlab"

@@ -12,8 +12,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from grpo_exp.config.overrides import values
-from grpo_exp.config.trackers.common import kept_run_id, run_config, run_group, run_name, run_tags
 from grpo_exp.core.runs import Run
+from grpo_exp.trackers.common import kept_run_id, run_config, run_group, run_name, run_tags
 
 REPORT_TO = "wandb"  # transformers' report_to name, and the logger option's
 PACKAGE = "wandb"  # what Python imports

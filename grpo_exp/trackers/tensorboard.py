@@ -5,7 +5,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from grpo_exp.config.trackers.common import summary_metrics
+from grpo_exp.trackers.common import summary_metrics
 
 REPORT_TO = "tensorboard"
 PACKAGE = "tensorboard"
