@@ -83,6 +83,7 @@ def test_a_wheel_plans_from_any_directory_with_a_users_config_dir(tmp_path):
     assert '"status": "completed"' in (tmp_path / "demo" / "summary.json").read_text()
 
 
+@pytest.mark.slow  # the CLI in subprocesses (~2.5 s): make test
 def test_the_frontier_sweeper_needs_no_scan_of_the_hydra_plugins_namespace(tmp_path):
     """Hydra 1.3 finds plugins by scanning the hydra_plugins namespace, which setuptools' editable installs hide
     (hydra#2359). grpo_exp registers its sweeper itself: with the scan seeing none of hydra_plugins, the frontier

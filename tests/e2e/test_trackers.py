@@ -174,6 +174,7 @@ def test_a_users_own_tracker_gets_every_step_with_the_memory_peaks_then_the_summ
     assert closed == {"closed": True} and len(logged) == len(steps) == 2
     key, peak = metrics.memory("train", "host_rss_max"), metrics.peak("train", "host_rss_max")
     assert [r[key] for r in logged] == pytest.approx([s[key] for s in steps])
+
     def so_far(i: int) -> float:  # the train role's peak: every phase but vLLM's, every step up to i
         found = [(metrics.MEMORY.fullmatch(k), v) for s in steps[: i + 1] for k, v in s.items()]
         return max(v for m, v in found if m and m.group(2) == "host_rss_max" and m.group(1) != metrics.VLLM)

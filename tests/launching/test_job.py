@@ -21,6 +21,7 @@ def test_a_dir_holding_only_a_plan_can_be_run_in(tmp_path):
     assert rundir.holds_run(tmp_path)["status"] == "completed" and reused_run_dir(tmp_path).key == "hydra.run.dir"
 
 
+@pytest.mark.slow  # the CLI in subprocesses (~2.5 s): make test
 def test_default_dirs_are_unique_for_runs_started_in_the_same_second(tmp_path):
     procs = [
         start_driver(tmp_path, tmp_path, "action=plan", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

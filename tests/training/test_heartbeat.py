@@ -45,12 +45,14 @@ def _until(condition, timeout: float) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.slow  # waits out real heartbeats (2-3 s): make test
 def test_ranks_that_beat_are_never_lost(ranks):
     beats, ended = ranks(2)
     time.sleep(2 * BEAT_S)
     assert ended == {} and all(b.nodes for b in beats)  # each knows the other's node and host
 
 
+@pytest.mark.slow  # waits out real heartbeats (2-3 s): make test
 def test_a_rank_that_stops_beating_is_a_lost_node_within_the_heartbeat(ranks, tmp_path):
     beats, ended = ranks(2)
     _until(lambda: beats[0].nodes and beats[1].nodes, 5)
@@ -64,6 +66,7 @@ def test_a_rank_that_stops_beating_is_a_lost_node_within_the_heartbeat(ranks, tm
     assert "most recent call first" in stacks and "heartbeat.py" in stacks  # every thread, this one included
 
 
+@pytest.mark.slow  # waits out real heartbeats (2-3 s): make test
 def test_a_failed_rank_stops_the_other_node_within_a_beat(ranks):
     beats, ended = ranks(2)
     _until(lambda: beats[0].nodes and beats[1].nodes, 5)
