@@ -77,7 +77,7 @@ class Summary(RankRecord, total=False):
     preflight_fit: list[dict]  # {key, old, new}: what preflight.on_oom=fit changed
     suggestions: list[dict]  # a predicted OOM's ranked fixes
     failed_at: dict  # the root cause's {rank, node, host, phase}, where a rank failed
-    ending: str  # the cause node 0 knew while it wound its ranks down (outcome.ending)
+    ending: str | None  # the cause node 0 knew while it wound its ranks down (outcome.ending); None: a new attempt
     note: str  # what the status alone does not say (a node without rank 0, a dedicated serving node)
     fits: bool  # action=plan in a sweep: the plan's verdict (planned trials), with its first fix
     suggestion: str | None

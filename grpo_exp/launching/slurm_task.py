@@ -43,7 +43,7 @@ class NodeTask:
             checkpoint = rundir.latest_checkpoint(run_dir)
             rundir.clear_rank_records(run_dir)
             outcome.record_resume(run_dir, checkpoint[1] if checkpoint else 0)
-            outcome.started(run_dir, slurm_restarts=restarts)
+            outcome.started(run_dir, slurm_restarts=restarts, ending=None)  # that attempt's cause is not this one's
         started = time.time()
         if env.global_rank == 0:
             outcome.note(run_dir, started_at=started)  # the job's start, not its submission
