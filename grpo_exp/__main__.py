@@ -43,8 +43,8 @@ from hydra_plugins.grpo_exp_frontier.frontier_sweeper import FrontierSweeper
 COMMANDS = {
     "compare": "grpo_exp.results.compare",  # runs side by side: table, heatmap, HTML report
     "dashboard": "grpo_exp.results.dashboard",  # W&B workspace views and reports
-    "recipe": "grpo_exp.config.recipe",  # a TRL / open-r1 recipe as an experiment: ./conf/experiment/<name>.yaml
-    "model-info": "grpo_exp.config.model_option",  # a model's numbers as an option: ./conf/model/<name>.yaml
+    "recipe": "grpo_exp.recipe",  # a TRL / open-r1 recipe as an experiment: ./conf/experiment/<name>.yaml
+    "model-info": "grpo_exp.models.model_option",  # a model's numbers as an option: ./conf/model/<name>.yaml
     "calibrate": "grpo_exp.planning.calibrate",  # the planner's correction factors from measured runs
 }
 

@@ -1,9 +1,12 @@
-"""Components: trackers, data loaders and launchers are each a module and a YAML, and nothing else lists them. The
-shipped ones keep their protocol; a new tracker or launcher module, with its YAML on a search path, is chosen,
+"""Components: a tracker or a data loader is a module and a YAML, a launcher a folder and a YAML, and nothing else
+lists them. The shipped ones keep their protocol; a new tracker module or launcher folder, with its YAML, is chosen,
 checked and run with no other file changed (the worked examples of docs/architecture.md)."""
 
 import importlib
 import json
+import os
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -11,7 +14,7 @@ from omegaconf import OmegaConf
 
 from grpo_exp import trackers
 from grpo_exp.launching import launchers
-from tests.helpers import CONF, compose_cfg, problems
+from tests.helpers import CONF, REPO, compose_cfg, problems
 
 
 def test_every_tracker_option_is_a_module_with_the_protocol():
@@ -21,12 +24,13 @@ def test_every_tracker_option_is_a_module_with_the_protocol():
         assert isinstance(component.PACKAGE, str) and hasattr(component.Tracker, "finish")
 
 
-def test_every_launcher_option_is_a_module_with_the_protocol():
+def test_every_launcher_option_is_a_package_with_the_protocol():
     assert launchers.names() == sorted(p.stem for p in (CONF / "launcher").glob("*.yaml"))
     for name in launchers.names():
-        module = importlib.import_module(f"grpo_exp.launching.launchers.{name}")
+        module = importlib.import_module(f"grpo_exp.launching.launchers.{name}.launcher")
         for hook in ("finalize", "check", "build", "write", "detaches", "run"):
             assert callable(getattr(module, hook)), (name, hook)
+        assert isinstance(module.PICKS_PORTS_HERE, bool), name
 
 
 TRACKER = """
@@ -83,8 +87,9 @@ def test_the_shipped_data_options_name_loader_modules():
 
 
 LAUNCHER = """
-from grpo_exp.launching.launchers.local import build, check, finalize, write  # this machine's checks
+from grpo_exp.launching.launchers.local.launcher import build, check, finalize, write  # this machine's checks
 
+PICKS_PORTS_HERE = True
 RAN = []
 
 
@@ -98,12 +103,13 @@ def run(cfg, run_dir, plan, node):
 """
 
 
-def test_a_new_launcher_is_one_module_and_one_yaml(tmp_path, monkeypatch):
+def test_a_new_launcher_is_one_folder_and_one_yaml(tmp_path, monkeypatch):
     from grpo_exp.launching import job
     from tests.helpers import run_job
 
-    (tmp_path / "modules").mkdir()
-    (tmp_path / "modules" / "record_only.py").write_text(LAUNCHER)
+    (tmp_path / "modules" / "record_only").mkdir(parents=True)
+    (tmp_path / "modules" / "record_only" / "__init__.py").write_text("")
+    (tmp_path / "modules" / "record_only" / "launcher.py").write_text(LAUNCHER)
     monkeypatch.setattr(launchers, "__path__", [*launchers.__path__, str(tmp_path / "modules")])
     (tmp_path / "conf" / "launcher").mkdir(parents=True)
     (tmp_path / "conf" / "launcher" / "record_only.yaml").write_text("name: record_only\n")
@@ -115,9 +121,10 @@ def test_a_new_launcher_is_one_module_and_one_yaml(tmp_path, monkeypatch):
             run_dir=tmp_path / "run",
         )
         assert isinstance(ended, job.Ended) and ended.code == 0 and ended.launched
-        assert sys.modules["grpo_exp.launching.launchers.record_only"].RAN[0][-1].endswith("config.yaml")
+        assert sys.modules["grpo_exp.launching.launchers.record_only.launcher"].RAN[0][-1].endswith("config.yaml")
     finally:
-        sys.modules.pop("grpo_exp.launching.launchers.record_only", None)
+        for name in ("record_only.launcher", "record_only"):
+            sys.modules.pop(f"grpo_exp.launching.launchers.{name}", None)
 
 
 def test_a_users_own_tracker_is_named_by_target_and_built_with_its_keys(tmp_path):
@@ -151,3 +158,81 @@ def test_a_target_that_is_no_tracker_is_refused_by_its_key(target, why):
 
 def test_a_key_beside_no_target_is_still_unknown():
     assert [p.key for p in problems("++logger.path=/tmp/x")] == ["logger.path"]
+
+
+ECHO_CONFIG = """
+from dataclasses import dataclass
+
+from grpo_exp.config.bounds import at_least
+
+
+@dataclass
+class Config:
+    greeting: str = "hello"  # what the launcher writes instead of starting anything
+    times: int = 1
+
+
+CHOICES = {"greeting": ("hello", "bonjour")}
+RANGES = {"times": at_least(1, 10)}
+"""
+
+ECHO_LAUNCHER = """
+from grpo_exp.launching.launchers.local.launcher import build, check, finalize, write  # this machine's checks
+
+PICKS_PORTS_HERE = True
+
+
+def detaches(cfg, sweeping, independent_trials):
+    return False
+
+
+def run(cfg, run_dir, plan, node):
+    (run_dir / "echo.txt").write_text(" ".join([cfg.launcher.echo.greeting] * cfg.launcher.echo.times))
+    return 0
+"""
+
+
+@pytest.mark.slow  # the CLI in a subprocess, from a copy of the checkout
+def test_a_new_launcher_with_an_option_is_one_folder_and_one_yaml(tmp_path):
+    """A launcher with options of its own, added as the docs say: grpo_exp/launching/launchers/echo/ (config.py,
+    launcher.py) and conf/launcher/echo.yaml, in a copy of the checkout with nothing else changed. Its option is
+    typed, its choices and ranges checked, and `launcher.echo.*` reaches its code."""
+    copy = tmp_path / "checkout"
+    for part in ("grpo_exp", "conf", "sweeps", "hydra_plugins"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    echo = copy / "grpo_exp" / "launching" / "launchers" / "echo"
+    echo.mkdir()
+    (echo / "__init__.py").write_text('"""launcher=echo: writes a greeting instead of starting anything."""\n')
+    (echo / "config.py").write_text(ECHO_CONFIG)
+    (echo / "launcher.py").write_text(ECHO_LAUNCHER)
+    (copy / "conf" / "launcher" / "echo.yaml").write_text("name: echo\necho:\n  greeting: hello\n  times: 1\n")
+
+    def run(*overrides, name):
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grpo_exp",
+                "launcher=echo",
+                "logger=none",
+                "data.num_samples=8",
+                f"hydra.run.dir={tmp_path / name}",
+                *overrides,
+            ],
+            cwd=copy,
+            env={**os.environ, "PYTHONPATH": str(copy)},
+            capture_output=True,
+            text=True,
+        )
+
+    done = run("launcher.echo.greeting=bonjour", "launcher.echo.times=2", name="ran")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "ran" / "echo.txt").read_text() == "bonjour bonjour"
+    frozen = OmegaConf.load(tmp_path / "ran" / "config.yaml")
+    assert frozen.launcher.name == "echo" and frozen.launcher.echo == {"greeting": "bonjour", "times": 2}
+    refused = run("launcher.echo.greeting=hi", "launcher.echo.times=11", name="refused")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    said = refused.stdout + refused.stderr
+    assert "launcher.echo.greeting" in said and "launcher.echo.times" in said and "Traceback" not in said
+    wrong_type = run("launcher.echo.times=many", name="typed")
+    assert wrong_type.returncode == 2 and "launcher.echo.times" in wrong_type.stdout + wrong_type.stderr

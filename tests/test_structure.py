@@ -3,6 +3,8 @@ stage into the same or an earlier one, none runs in a circle, and an import insi
 cheap) says why. docs/architecture.md draws the stages; this test is what keeps them."""
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -14,6 +16,8 @@ STAGES = {
     "config": 1,
     "data": 1,  # loader components: the config's checks and the training processes read them
     "trackers": 1,  # tracker components: the config's checks name them, rank 0 starts them
+    "models": 1,  # a model's numbers from config.json: the config's checks complete model=auto with them
+    "recipe": 2,  # `grpo-exp recipe`: a TRL / open-r1 recipe as an experiment, composed with the config's schema
     "planning": 2,
     "launching": 3,
     "training": 4,
@@ -40,12 +44,21 @@ def test_every_package_is_on_a_stage():
     assert packages <= set(STAGES), f"place {sorted(packages - set(STAGES))} in STAGES and docs/architecture.md"
 
 
+def is_launcher_options(module: str) -> bool:
+    """A launcher's config.py (grpo_exp.launching.launchers.<name>.config): the config stage builds the schema's
+    `launcher` section from these (config/launcher_options.py), so they stand on the config stage."""
+    parts = module.split(".")
+    return parts[:3] == ["grpo_exp", "launching", "launchers"] and len(parts) == 5 and parts[4] == "config"
+
+
 def stage(module: str) -> int | None:
     parts = module.split(".")
     if parts[0] == "hydra_plugins":
         return PLUGIN_STAGE
     if parts[0] != "grpo_exp":
         return None
+    if is_launcher_options(module):
+        return STAGES["config"]
     return STAGES[parts[1]] if len(parts) > 1 else 0  # grpo_exp/__init__.py: shared constants
 
 
@@ -171,3 +184,27 @@ def test_every_package_is_installed():
     }
     found.discard("hydra_plugins")  # a namespace: Hydra's plugins live below it
     assert found <= listed, sorted(found - listed)
+
+
+def test_the_schema_loads_no_launcher_code():
+    """config/launcher_options.py imports each launcher's config.py by name (the config stage cannot import the
+    launching stage): importing the schema loads those and their packages' docstrings, and nothing that starts a
+    process, plans, or talks to a scheduler."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, grpo_exp.config.schema; print(' '.join(sorted(sys.modules)))"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    launching = {m for m in loaded if m.startswith("grpo_exp.launching")}
+    assert launching and all(
+        m in ("grpo_exp.launching", "grpo_exp.launching.launchers")
+        or is_launcher_options(m)
+        or m.count(".") == 3  # a launcher's package: its docstring only (test below)
+        for m in launching
+    ), sorted(launching)
+    assert not {m for m in loaded if m.startswith(("grpo_exp.planning", "submitit", "kubernetes"))}
+    for init in (REPO / "grpo_exp" / "launching" / "launchers").glob("*/__init__.py"):
+        body = ast.parse(init.read_text()).body
+        assert len(body) == 1 and isinstance(body[0], ast.Expr), f"{init}: a docstring only (config.py loads it)"

@@ -14,12 +14,13 @@ import dataclasses
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, trackers
-from grpo_exp.config import deepspeed_check, env, model_info, rules
+from grpo_exp.config import deepspeed_check, env, rules
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.rewards import check_rewards
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES
 from grpo_exp.config.values import check_choices, check_ranges
 from grpo_exp.core import rundir
+from grpo_exp.models import model_info
 
 # vLLM's --kv-cache-dtype values for NVIDIA GPUs (vllm/config/cache.py CacheDType, without the vendor-specific ones)
 # Keys the plan reads: when one of them is invalid, no plan is made (checks that need it are skipped).

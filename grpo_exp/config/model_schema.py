@@ -48,7 +48,7 @@ class ModelConfig:
     # checkpoint's own dtype, read from config.json before planning.
     dtype: str = "bfloat16"
     # Architecture numbers from the model's config.json, so planning needs no download. Left unset
-    # (model=auto), grpo_exp.config.model_info fills them from config.json before anything is checked.
+    # (model=auto), grpo_exp.models.model_info fills them from config.json before anything is checked.
     hidden_size: int = MISSING
     intermediate_size: int = MISSING
     num_hidden_layers: int = MISSING

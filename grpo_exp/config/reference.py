@@ -22,9 +22,14 @@ _FIELD = re.compile(r"^\s+(\w+):\s*[^=#]+(?:=\s*(?P<default>[^#]*))?(?:#\s*(?P<i
 
 
 def comments(cls) -> dict[str, str]:
-    """{field: its comment}: the comment lines right above the field in the class's source, and its inline one."""
+    """{field: its comment}: the comment lines right above the field in the class's source, and its inline one.
+    A class made by make_dataclass (schema.LauncherConfig) has no source: its fields' classes carry the comments."""
     found, above = {}, []
-    for line in inspect.getsource(cls).splitlines():
+    try:
+        source = inspect.getsource(cls)
+    except OSError:
+        return found
+    for line in source.splitlines():
         stripped = line.strip()
         if stripped.startswith("#"):
             above.append(stripped.lstrip("# ").strip())

@@ -10,11 +10,12 @@ validates.
 This module must stay importable without torch/transformers/trl: the driver and the planner use it.
 """
 
-from dataclasses import dataclass, field, is_dataclass
+from dataclasses import dataclass, field, is_dataclass, make_dataclass
 from typing import Any, Dict, List, Optional, get_origin, get_type_hints
 
 from omegaconf import MISSING
 
+from grpo_exp.config import launcher_options
 from grpo_exp.config.model_schema import ModelConfig
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
 
@@ -167,56 +168,20 @@ class TopologyConfig:
 
 
 @dataclass
-class SlurmConfig:
-    cluster: Optional[str] = (
-        None  # null = SLURM (sbatch); local = submitit's local executor, to rehearse on one machine
-    )
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    time_min: int = 240  # job time limit, minutes
-    cpus_per_task: int = 16
-    mem_gb: Optional[int] = None
-    constraint: Optional[str] = None
-    additional: Dict[str, Any] = field(default_factory=dict)  # any other sbatch option, name -> value
-    # Long runs: SLURM sends SIGUSR2 this long before the time limit; the ranks save a checkpoint and
-    # the job requeues itself (up to max_requeues times) and resumes from it.
-    signal_delay_s: int = 120
-    max_requeues: int = 3
-    # Sweeps: trials run as concurrent jobs, at most max_parallel at once. wait=false submits and
-    # returns with the job ids (grpo-exp compare <dirs> follows them).
-    max_parallel: int = 4
-    wait: bool = True
-
-
-@dataclass
-class KubernetesConfig:
-    """launcher=kubernetes (launching/kubernetes.py): the objects the plan becomes, and where they run."""
-
-    kind: str = "auto"  # auto: TrainJob without a vLLM server, JobSet with one | trainjob | jobset
-    job_name: Optional[str] = None  # null: grpo-<experiment>-<6 hex of the run dir>
-    namespace: str = "default"
-    image: Optional[str] = None  # an image with grpo_exp and the stack installed
-    image_pull_policy: str = "IfNotPresent"
-    runtime: str = "torch-distributed"  # the ClusterTrainingRuntime a TrainJob names
-    queue: Optional[str] = None  # Kueue's LocalQueue: label kueue.x-k8s.io/queue-name
-    service_account: Optional[str] = None
-    node_selector: Dict[str, str] = field(default_factory=dict)
-    tolerations: List[Dict[str, Any]] = field(default_factory=list)  # core/v1 Toleration objects
-    volume: Optional[str] = None  # a PersistentVolumeClaim for run dirs and checkpoints; null: emptyDir
-    mount_path: str = "/runs"  # the run dir is <mount_path>/<job name>
-    gpu_resource: str = "nvidia.com/gpu"
-    cpus_per_process: int = 8  # CPU cores requested per training process and per vLLM GPU
-    memory_headroom: float = 1.2  # memory limit = the host RAM planned for the pod x this
-    max_restarts: int = 3  # recreated this often after a failure or eviction (runs resume from a checkpoint)
-    poll_s: float = 10.0
-
-
-@dataclass
-class LauncherConfig:
+class LauncherName:
     name: str = "local"  # local: this node's share via torchrun | slurm: one submitit task per node | kubernetes
-    slurm: SlurmConfig = field(default_factory=SlurmConfig)
-    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+
+
+# launcher.name, then launcher.<name>.* for every launcher with options of its own: each launcher's config.py holds
+# them (config/launcher_options.py), so a new launcher adds its section without an edit here.
+LauncherConfig = make_dataclass(
+    "LauncherConfig",
+    [
+        (name, module.Config, field(default_factory=module.Config))
+        for name, module in launcher_options.modules().items()
+    ],
+    bases=(LauncherName,),
+)
 
 
 @dataclass

@@ -6,6 +6,8 @@ import math
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import Problem, is_number, trackers
+from grpo_exp.config import launcher_options
+from grpo_exp.config.bounds import above, at_least, within
 from grpo_exp.config.model_schema import DTYPES
 from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 
@@ -18,8 +20,6 @@ CHOICES = {
     "action": ("run", "plan"),
     "vllm.mode": ("off", "colocate", "server"),
     "model.dtype": DTYPES,
-    "launcher.kubernetes.kind": ("auto", "trainjob", "jobset"),
-    "launcher.kubernetes.image_pull_policy": ("Always", "IfNotPresent", "Never"),
     "logger.name": lambda: (*trackers.names(), "none"),  # grpo_exp/trackers/: a module each, read when checked
     "logger.mode": ("auto", "online", "offline"),
     "logger.console": ("quiet", "full"),
@@ -40,24 +40,10 @@ CHOICES = {
 }
 
 
-def _at_least(low, high=2**53):
-    return (lambda v: low <= v <= high), (f">= {low}" if high == 2**53 else f"in [{low}, {high}]")
-
-
-def _above(low):
-    return (lambda v: low < v <= 2**53), f"> {low}"
-
-
-def _within(low, high, high_open=False):
-    if high_open:
-        return (lambda v: low <= v < high), f"in [{low}, {high})"
-    return (lambda v: low <= v <= high), f"in [{low}, {high}]"
-
-
 _PORT = (lambda v: 1 <= v <= 65535, "in [1, 65535] (a TCP port)")
 _PROBABILITY_OPEN_LOW = (lambda v: 0 < v <= 1, "in (0, 1]")
-_DIMENSION = _at_least(1, 2**24)  # a model width or count: anything larger is a typo, and would be built
-_SIZE = _at_least(1, 2**24)  # tokens, batch sizes, processes: bounded before anything is sized by them
+_DIMENSION = at_least(1, 2**24)  # a model width or count: anything larger is a typo, and would be built
+_SIZE = at_least(1, 2**24)  # tokens, batch sizes, processes: bounded before anything is sized by them
 # Numeric ranges. A value outside one either makes TRL, transformers or torch raise inside every
 # worker after launch (batch 0, temperature <= 0, a negative learning rate), hangs or exhausts the
 # driver (a node plan for 10^30 nodes) or trains something meaningless; tests/config/test_checks.py checks
@@ -66,89 +52,79 @@ RANGES = {
     "trainer.per_device_train_batch_size": _SIZE,
     "trainer.per_device_eval_batch_size": _SIZE,
     "trainer.gradient_accumulation_steps": _SIZE,
-    "trainer.num_generations": _at_least(2, 2**16),  # advantages compare >= 2 completions of one prompt
-    "trainer.num_generations_eval": _at_least(2, 2**16),
+    "trainer.num_generations": at_least(2, 2**16),  # advantages compare >= 2 completions of one prompt
+    "trainer.num_generations_eval": at_least(2, 2**16),
     "trainer.max_completion_length": _SIZE,
-    "trainer.generation_batch_size": _at_least(1, 2**30),
+    "trainer.generation_batch_size": at_least(1, 2**30),
     "trainer.steps_per_generation": _SIZE,
     "trainer.num_iterations": _SIZE,
-    "trainer.learning_rate": _at_least(0),
-    "trainer.temperature": _above(0),
+    "trainer.learning_rate": at_least(0),
+    "trainer.temperature": above(0),
     "trainer.top_p": _PROBABILITY_OPEN_LOW,
-    "trainer.top_k": _at_least(0),
-    "trainer.min_p": _within(0, 1),
-    "trainer.repetition_penalty": _above(0),
-    "trainer.beta": _at_least(0),
-    "trainer.epsilon": _at_least(0),
-    "trainer.epsilon_high": _at_least(0),
-    "trainer.delta": _above(0),
-    "trainer.max_grad_norm": _at_least(0),
-    "trainer.weight_decay": _at_least(0),
-    "trainer.warmup_steps": _at_least(0),
-    "trainer.adam_beta1": _within(0, 1, high_open=True),
-    "trainer.adam_beta2": _within(0, 1, high_open=True),
-    "trainer.adam_epsilon": _at_least(0),
-    "trainer.label_smoothing_factor": _within(0, 1),
-    "trainer.num_train_epochs": _above(0),
+    "trainer.top_k": at_least(0),
+    "trainer.min_p": within(0, 1),
+    "trainer.repetition_penalty": above(0),
+    "trainer.beta": at_least(0),
+    "trainer.epsilon": at_least(0),
+    "trainer.epsilon_high": at_least(0),
+    "trainer.delta": above(0),
+    "trainer.max_grad_norm": at_least(0),
+    "trainer.weight_decay": at_least(0),
+    "trainer.warmup_steps": at_least(0),
+    "trainer.adam_beta1": within(0, 1, high_open=True),
+    "trainer.adam_beta2": within(0, 1, high_open=True),
+    "trainer.adam_epsilon": at_least(0),
+    "trainer.label_smoothing_factor": within(0, 1),
+    "trainer.num_train_epochs": above(0),
     "trainer.max_steps": (lambda v: v == -1 or 1 <= v <= 2**53, "-1 (train num_train_epochs) or >= 1"),
-    "trainer.logging_steps": _above(0),
-    "trainer.save_steps": _above(0),
-    "trainer.eval_steps": _above(0),
-    "trainer.save_total_limit": _at_least(1),
-    "trainer.torch_empty_cache_steps": _at_least(1),  # transformers: "must be an integer bigger than 0"
-    "trainer.dataloader_num_workers": _at_least(0, 1024),
-    "trainer.top_entropy_quantile": _within(0, 1),
-    "trainer.ref_model_mixup_alpha": _within(0, 1),
-    "trainer.ref_model_sync_steps": _at_least(1),
-    "trainer.num_completions_to_print": _at_least(0),
+    "trainer.logging_steps": above(0),
+    "trainer.save_steps": above(0),
+    "trainer.eval_steps": above(0),
+    "trainer.save_total_limit": at_least(1),
+    "trainer.torch_empty_cache_steps": at_least(1),  # transformers: "must be an integer bigger than 0"
+    "trainer.dataloader_num_workers": at_least(0, 1024),
+    "trainer.top_entropy_quantile": within(0, 1),
+    "trainer.ref_model_mixup_alpha": within(0, 1),
+    "trainer.ref_model_sync_steps": at_least(1),
+    "trainer.num_completions_to_print": at_least(0),
     "vllm.gpu_memory_utilization": _PROBABILITY_OPEN_LOW,
-    "vllm.tensor_parallel_size": _at_least(1, 1024),
-    "vllm.gpus": _at_least(0, 1024),
-    "vllm.nodes": _at_least(0, 4096),
+    "vllm.tensor_parallel_size": at_least(1, 1024),
+    "vllm.gpus": at_least(0, 1024),
+    "vllm.nodes": at_least(0, 4096),
     "vllm.max_model_length": _SIZE,
     "vllm.max_num_seqs": _SIZE,
     "vllm.max_num_batched_tokens": _SIZE,
-    "vllm.kv_cache_memory_bytes": _at_least(1, 2**50),
-    "vllm.server_timeout": _above(0),
-    "vllm.importance_sampling_clip_max": _above(0),
-    "vllm.importance_sampling_clip_min": _at_least(0),
+    "vllm.kv_cache_memory_bytes": at_least(1, 2**50),
+    "vllm.server_timeout": above(0),
+    "vllm.importance_sampling_clip_max": above(0),
+    "vllm.importance_sampling_clip_min": at_least(0),
     "data.max_prompt_length": _SIZE,
-    "data.num_samples": _at_least(1, 2**40),
+    "data.num_samples": at_least(1, 2**40),
     "model.hidden_size": _DIMENSION,
     "model.intermediate_size": _DIMENSION,
-    "model.num_hidden_layers": _at_least(1, 2**16),
-    "model.num_attention_heads": _at_least(1, 2**16),
-    "model.num_key_value_heads": _at_least(1, 2**16),
-    "model.head_dim": _at_least(1, 2**16),
+    "model.num_hidden_layers": at_least(1, 2**16),
+    "model.num_attention_heads": at_least(1, 2**16),
+    "model.num_key_value_heads": at_least(1, 2**16),
+    "model.head_dim": at_least(1, 2**16),
     "model.vocab_size": _DIMENSION,
-    "model.max_position_embeddings": _at_least(1, 2**30),
-    "model.num_parameters": _at_least(1, 10**14),
-    "topology.nnodes": _at_least(1, 4096),
-    "topology.gpus_per_node": _at_least(0, 1024),
+    "model.max_position_embeddings": at_least(1, 2**30),
+    "model.num_parameters": at_least(1, 10**14),
+    "topology.nnodes": at_least(1, 4096),
+    "topology.gpus_per_node": at_least(0, 1024),
     "topology.gpu_memory_gib": (lambda v: 0 < v <= 2**20, "in (0, 1048576]"),
-    "topology.cpu_procs": _at_least(1, 1024),
-    "topology.node_rank": _at_least(0, 4095),
+    "topology.cpu_procs": at_least(1, 1024),
+    "topology.node_rank": at_least(0, 4095),
     "topology.master_port": _PORT,
-    "topology.rendezvous_timeout_s": _above(0),
+    "topology.rendezvous_timeout_s": above(0),
     "topology.host_memory_gib": (lambda v: 0 < v <= 2**24, "in (0, 16777216]"),
-    "topology.collective_timeout_s": _above(0),
-    "peft.r": _at_least(1, 2**16),
-    "peft.lora_alpha": _above(0),
-    "peft.lora_dropout": _within(0, 1, high_open=True),
-    "memory.limit_gib": _above(0),
-    "watchdog.stall_s": _above(0),
-    "watchdog.heartbeat_s": _above(0),
-    "preemption.grace_s": _at_least(0),
-    "launcher.slurm.time_min": _at_least(1),
-    "launcher.slurm.cpus_per_task": _at_least(1, 4096),
-    "launcher.slurm.mem_gb": _at_least(1),
-    "launcher.slurm.signal_delay_s": _at_least(1),
-    "launcher.slurm.max_requeues": _at_least(0, 1000),
-    "launcher.slurm.max_parallel": _at_least(1, 4096),
-    "launcher.kubernetes.cpus_per_process": _at_least(1, 1024),
-    "launcher.kubernetes.memory_headroom": _at_least(1, 100),
-    "launcher.kubernetes.max_restarts": _at_least(0, 1000),
-    "launcher.kubernetes.poll_s": _above(0),
+    "topology.collective_timeout_s": above(0),
+    "peft.r": at_least(1, 2**16),
+    "peft.lora_alpha": above(0),
+    "peft.lora_dropout": within(0, 1, high_open=True),
+    "memory.limit_gib": above(0),
+    "watchdog.stall_s": above(0),
+    "watchdog.heartbeat_s": above(0),
+    "preemption.grace_s": at_least(0),
 }
 
 
@@ -162,7 +138,7 @@ def _flat_numbers(node, prefix: str = ""):
 
 def check_choices(cfg: DictConfig) -> list[Problem]:
     problems = []
-    for key, allowed in CHOICES.items():
+    for key, allowed in {**CHOICES, **launcher_options.choices()}.items():
         allowed = allowed() if callable(allowed) else allowed  # a component list: read when checked
         value = OmegaConf.select(cfg, key)
         if value is not None and value not in allowed:
@@ -174,13 +150,14 @@ def check_choices(cfg: DictConfig) -> list[Problem]:
 
 def check_ranges(cfg: DictConfig) -> list[Problem]:
     problems = []
-    for key, (ok, wanted) in RANGES.items():
+    ranges = {**RANGES, **launcher_options.ranges()}
+    for key, (ok, wanted) in ranges.items():
         value = OmegaConf.select(cfg, key)
         if not is_number(value):  # null = unset; other types are the schema's job
             continue
         if not math.isfinite(value) or not ok(value):
             problems.append(Problem(key, f"is {value:.6g}; it must be {wanted}", f"set {key} to a value {wanted}"))
-    bounded = set(RANGES)
+    bounded = set(ranges)
     for key, value in _flat_numbers(OmegaConf.to_container(cfg, resolve=True)):
         if key not in bounded and not key.startswith("hydra.") and (not math.isfinite(value) or abs(value) > 2**53):
             problems.append(

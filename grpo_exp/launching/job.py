@@ -22,11 +22,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import Problem
 from grpo_exp.config import checks as config_checks
-from grpo_exp.config import errors, keys, model_info, resume
+from grpo_exp.config import errors, keys, resume
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.core.records import Status
 from grpo_exp.launching import launch, launchers, ports, preflight
+from grpo_exp.models import model_info
 from grpo_exp.planning import checks as plan_checks
 from grpo_exp.planning import fixes, placement, plan_file, planner
 from grpo_exp.planning.report import headline, print_plan
@@ -135,9 +136,9 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
     problems += launchers.check(cfg)
     if not problems:
-        launchers.of(cfg).finalize(cfg, run_dir)
-    if not problems:
-        ports.resolve_auto(cfg)  # before the plan's commands and config.yaml name the ports
+        launcher = launchers.of(cfg)
+        launcher.finalize(cfg, run_dir)
+        ports.resolve_auto(cfg, launcher.PICKS_PORTS_HERE)  # before the plan's commands and config.yaml name them
     return problems
 
 

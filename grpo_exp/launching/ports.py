@@ -58,11 +58,11 @@ def check_values(cfg: DictConfig) -> list[Problem]:
     ]
 
 
-def resolve_auto(cfg: DictConfig) -> None:
-    """Replace `auto` ports before the config is frozen: free ones on a single node, TRL's
-    defaults where several nodes must agree, and on Kubernetes (each pod is a host of its own,
-    and this machine's free ports say nothing about it)."""
-    here = cfg.topology.nnodes == 1 and cfg.launcher.name != "kubernetes"
+def resolve_auto(cfg: DictConfig, pick_free_here: bool = True) -> None:
+    """Replace `auto` ports before the config is frozen: free ones of this machine on a single node, TRL's
+    defaults where several nodes must agree or where this machine's free ports say nothing (`pick_free_here`
+    False: the launcher's processes run on hosts of their own, Kubernetes' pods)."""
+    here = cfg.topology.nnodes == 1 and pick_free_here
     for key, default in VLLM_PORTS.items():
         if _value(cfg, key) == AUTO:
             group, name = key.split(".")

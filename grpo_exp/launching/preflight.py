@@ -16,7 +16,7 @@ from grpo_exp.config.rewards import reward_columns
 from grpo_exp.core import packages
 from grpo_exp.data import checks as data_checks
 from grpo_exp.data import files as data_files
-from grpo_exp.launching import ports, reachability, slurm, versions
+from grpo_exp.launching import ports, versions
 from grpo_exp.planning.checks import generation_batch_size
 
 
@@ -34,19 +34,7 @@ def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
         )
     if cfg.vllm.mode != "off":
         problems += _vllm_installed(cfg, gpus)
-    if cfg.vllm.nodes and cfg.launcher.name == "local" and cfg.vllm.server_host is None:
-        problems.append(
-            Problem(
-                "vllm.server_host",
-                "is required with vllm.nodes=1 and launcher=local: the trainers reach the serving node (node "
-                f"{cfg.topology.nnodes - 1}) there, and it listens there",
-                "set vllm.server_host=<the serving node's address> on every node (launcher=slurm fills it in from "
-                "the job's hosts)",
-            )
-        )
     problems += ports.check_busy(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
-    if cfg.launcher.name == "local":  # a SLURM job's nodes check their own reach, inside the job (slurm_task.py)
-        problems += reachability.check(cfg, cfg.topology.node_rank, plan.vllm.get("server_node"))
     return problems
 
 
@@ -102,14 +90,6 @@ def check_libraries(cfg: DictConfig) -> list[Problem]:
                 Problem(key, f"{tracker} is not installed here", f"pip install 'grpo_exp[trackers]' (or {tracker})")
             )
     return problems
-
-
-def check_launcher(cfg: DictConfig, plan) -> list[Problem]:
-    """launcher=slurm: whether SLURM takes the job as it will be submitted (sbatch --test-only)."""
-    if cfg.launcher.name != "slurm":
-        return []
-
-    return slurm.test_only(cfg, plan)
 
 
 def check_model_path(cfg: DictConfig) -> list[Problem]:
@@ -256,7 +236,6 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
     return (
         check_machine(cfg, plan, gpus)
-        + check_launcher(cfg, plan)
         + check_model_path(cfg)
         + check_libraries(cfg)
         + data_checks.check(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))

@@ -9,8 +9,9 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import DECODER_LINEAR_LAYERS, GIB
-from grpo_exp.config import env, model_families
+from grpo_exp.config import env
 from grpo_exp.core import packages
+from grpo_exp.models import model_families
 from grpo_exp.planning import calibration, lora, placement, prompt_tokens, vision
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}

@@ -22,8 +22,8 @@ from types import SimpleNamespace
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.config import env
-from grpo_exp.config.model_info import tiny_model_path
 from grpo_exp.core import gpus
+from grpo_exp.models.model_info import tiny_model_path
 from grpo_exp.planning import network, serve_argv
 
 WORKER = ["-m", "grpo_exp.training.worker"]

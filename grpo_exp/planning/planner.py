@@ -14,7 +14,8 @@ from omegaconf import DictConfig
 
 from grpo_exp import GIB
 from grpo_exp import data as loaders
-from grpo_exp.config import env, model_info
+from grpo_exp.config import env
+from grpo_exp.models import model_info
 from grpo_exp.planning import host_memory, placement, vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest

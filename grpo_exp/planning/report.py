@@ -1,7 +1,7 @@
 """The memory plan as terminal tables (rich): per role its peak against capacity, the components and
 phases, host RAM per node, the notes and the ranked fixes."""
 
-from grpo_exp.config import model_families
+from grpo_exp.models import model_families
 from grpo_exp.planning.inputs import activation_checkpointing, planned_prompt
 
 

@@ -22,8 +22,8 @@ layer + the largest single layer measured without checkpointing.
 
 from dataclasses import dataclass
 
-from grpo_exp.config.model_families import hf_kwargs
-from grpo_exp.config.model_info import ARCH_KEYS
+from grpo_exp.models.model_families import hf_kwargs
+from grpo_exp.models.model_info import ARCH_KEYS
 
 # What one decoder layer is built from: the model's numbers (model_info.ARCH_KEYS) and its type.
 LAYER_KEYS = ("model_type", *(k for k in ARCH_KEYS if k not in ("num_hidden_layers", "max_position_embeddings")))

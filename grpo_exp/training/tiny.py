@@ -18,10 +18,10 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp.config.model_families import hf_kwargs
-from grpo_exp.config.model_info import ARCH_KEYS, tiny_model_path
 from grpo_exp.core import tiny_tokenizer
 from grpo_exp.core.tiny_tokenizer import CHAT_TEMPLATE, MARKUP_TOKENS, RESPONSE_TEMPLATE
+from grpo_exp.models.model_families import hf_kwargs
+from grpo_exp.models.model_info import ARCH_KEYS, tiny_model_path
 from grpo_exp.training.tool_warm_start import warm_start
 
 

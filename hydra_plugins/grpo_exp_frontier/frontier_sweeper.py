@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.core import gpus, rundir
 from grpo_exp.core.records import Status
-from grpo_exp.launching import slurm
+from grpo_exp.launching import launchers
 from grpo_exp.planning import planner
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class FrontierSweeper(Sweeper):
             [self._overrides(arguments, axis, batch) for axis, batch in probes], initial_job_idx=self.job_idx
         )
         self.job_idx += len(probes)
-        slurm.gather()  # the round's SLURM jobs (none under launcher=local): their summaries are read next
+        launchers.gather()  # the round's SLURM jobs (none under launcher=local): their summaries are read next
         return [_trial(result, axis, batch) for result, (axis, batch) in zip(results, probes, strict=True)]
 
     def sweep(self, arguments: List[str]) -> Any:

@@ -12,8 +12,9 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
+from grpo_exp import recipe
 from grpo_exp.__main__ import deepspeed_override, held_options
-from grpo_exp.config import overrides, recipe
+from grpo_exp.config import overrides
 from tests.helpers import CONF, REPO
 
 # For each group: an option, and one of its keys set beside it to a value no option or experiment ships.

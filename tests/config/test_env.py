@@ -174,7 +174,7 @@ def test_multi_environment_rows_need_no_prompt(tmp_path):
 
 
 def test_the_tool_schemas_are_the_warm_starts_and_its_cache_key():
-    from grpo_exp.config.model_info import tiny_model_path
+    from grpo_exp.models.model_info import tiny_model_path
 
     mine = compose_cfg("env.tools=[tests.user_code.multiply,tests.user_code.async_add]")
     (tools,) = env.tool_sets(mine)

@@ -6,10 +6,11 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config import model_families, model_info, schema_gen, trl_schema
+from grpo_exp.config import schema_gen, trl_schema
 from grpo_exp.config.keys import ALIASES, OWNED_TRAINER_FIELDS
 from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import TrainerConfig, VllmConfig
+from grpo_exp.models import model_families, model_info
 from tests.helpers import CONF, compose_cfg, group_options
 
 GROUPS = [

@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from grpo_exp.core import outcome, rundir
-from grpo_exp.launching import kubernetes, kubernetes_checks, kubernetes_run
+from grpo_exp.launching.launchers.kubernetes import checks as kubernetes_checks
+from grpo_exp.launching.launchers.kubernetes import cluster as kubernetes_run
+from grpo_exp.launching.launchers.kubernetes import manifests as kubernetes
 from tests.helpers import FIXTURES, run_job
 
 GOLDEN = FIXTURES / "kubernetes"

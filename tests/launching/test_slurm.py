@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from grpo_exp.core import rundir
-from grpo_exp.launching import slurm
+from grpo_exp.launching.launchers.slurm import jobs as slurm
 from grpo_exp.planning import placement
 from tests.helpers import compose_cfg
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from grpo_exp.core import outcome, rundir
-from grpo_exp.launching import slurm
+from grpo_exp.launching.launchers.slurm import jobs as slurm
 from tests.helpers import compose_cfg, kill_all, slurm_problem
 
 

@@ -57,7 +57,7 @@ def test_the_server_is_started_as_trl_starts_it():
 
 
 def test_a_cpu_server_serves_the_tiny_models_directory():
-    from grpo_exp.config.model_info import tiny_model_path
+    from grpo_exp.models.model_info import tiny_model_path
 
     cfg = compose_cfg("vllm=server", "vllm.cpu_kv_cache_gib=3")
     ports.resolve_auto(cfg)

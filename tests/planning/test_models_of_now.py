@@ -9,8 +9,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config import model_families
-from grpo_exp.config.model_info import read_architecture
+from grpo_exp.models import model_families
+from grpo_exp.models.model_info import read_architecture
 from grpo_exp.planning import activations, families, memory, vllm_engine
 from tests.helpers import CONF, matrix, planned
 

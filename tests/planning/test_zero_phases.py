@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from grpo_exp.config.model_info import ARCH_KEYS
+from grpo_exp.models.model_info import ARCH_KEYS
 from tests.helpers import CONF, compose_cfg, planned
 
 GIB = 2**30

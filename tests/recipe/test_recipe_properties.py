@@ -12,10 +12,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from grpo_exp.config import keys, recipe
-from grpo_exp.config.recipe.fields import LATER, TRAINER_FIELDS, VLLM_FIELDS
+from grpo_exp import recipe
+from grpo_exp.config import keys
 from grpo_exp.config.trl_schema import TrainerFields, VllmFields
 from grpo_exp.planning import planner
+from grpo_exp.recipe.fields import LATER, TRAINER_FIELDS, VLLM_FIELDS
 from tests.helpers import check, compose_cfg, examples
 
 pytestmark = pytest.mark.slow  # a few hundred imports and plans: make test, not make test-fast

@@ -24,8 +24,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grpo_exp import Problem, cache_root, is_local_path
-from grpo_exp.config import model_families
 from grpo_exp.config.model_schema import QuantizationConfig, VisionConfig
+from grpo_exp.models import model_families
 
 # The numbers the planner and the tiny-model builder read (conf/model/*.yaml carry them).
 ARCH_KEYS = (

@@ -24,16 +24,16 @@ import sys
 from pathlib import Path
 
 from grpo_exp import Problem
-from grpo_exp.config.recipe.experiment import Experiment, RecipeError, compose_problems, inline, load, plain, render
-from grpo_exp.config.recipe.fields import (
+from grpo_exp.recipe.experiment import Experiment, RecipeError, compose_problems, inline, load, plain, render
+from grpo_exp.recipe.fields import (
     OPEN_R1_DEFAULT_REWARDS,
     OPEN_R1_KEYS,
     recipe_field,
     reconcile_weights,
     rewards,
 )
-from grpo_exp.config.recipe.later_fields import resolve_later
-from grpo_exp.config.recipe.launch import accelerate_config, deepspeed_json, to_int
+from grpo_exp.recipe.later_fields import resolve_later
+from grpo_exp.recipe.launch import accelerate_config, deepspeed_json, to_int
 
 
 def build(

@@ -25,7 +25,8 @@ from omegaconf import DictConfig
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
 from grpo_exp.core.records import Status
-from grpo_exp.launching import kubernetes, launch
+from grpo_exp.launching import launch
+from grpo_exp.launching.launchers.kubernetes import manifests
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +55,8 @@ def kubectl(*args: str, stdin: str | None = None) -> str:
 def run(cfg: DictConfig, run_dir: Path) -> int:
     """Apply, follow to the end, conclude this run's record; the exit code (outcome.EXIT_*)."""
     k = cfg.launcher.kubernetes
-    kind = kubernetes.kind(cfg)
-    kubectl("apply", "-n", k.namespace, "-f", str(run_dir / kubernetes.MANIFESTS))
+    kind = manifests.kind(cfg)
+    kubectl("apply", "-n", k.namespace, "-f", str(run_dir / manifests.MANIFESTS))
     log.info(
         "applied %s %s in namespace %s; watch it: kubectl get %s %s -n %s -w",
         kind,
@@ -197,7 +198,7 @@ def _name_taken(cfg: DictConfig) -> list[Problem]:
     """The cluster asked (kubectl get) whether the namespace holds a job of this name; a cluster that does not
     answer is a problem too."""
     k = cfg.launcher.kubernetes
-    resource = RESOURCE[kubernetes.kind(cfg)]
+    resource = RESOURCE[manifests.kind(cfg)]
     try:
         held = kubectl("get", resource, k.job_name, "-n", k.namespace, "--ignore-not-found", "-o", "name")
     except KubectlFailed as exc:

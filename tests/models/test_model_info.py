@@ -5,7 +5,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config import model_info, model_option
+from grpo_exp.models import model_info, model_option
 from tests.helpers import compose_cfg, problem_keys, problems
 
 

@@ -9,9 +9,9 @@ import yaml
 from grpo_exp import CONF_DIR, DECODER_LINEAR_LAYERS, is_local_path, trackers
 from grpo_exp.config import keys
 from grpo_exp.config.keys import OWNED_TRAINER_FIELDS
-from grpo_exp.config.recipe.experiment import Experiment, inline, is_text, literal
-from grpo_exp.config.recipe.later_fields import LATER
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields, VllmFields
+from grpo_exp.recipe.experiment import Experiment, inline, is_text, literal
+from grpo_exp.recipe.later_fields import LATER
 
 TRAINER_FIELDS = set(TrainerFields.__dataclass_fields__)
 VLLM_FIELDS = set(VllmFields.__dataclass_fields__)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpo_exp.config import recipe
+from grpo_exp import recipe
 from tests.helpers import CONF, compose_cfg, planned
 
 ZERO3_ACCELERATE = {

@@ -4,8 +4,8 @@ accelerate config are known."""
 
 import re
 
-from grpo_exp.config.recipe.experiment import Experiment, is_text
-from grpo_exp.config.recipe.launch import accelerate_fsdp
+from grpo_exp.recipe.experiment import Experiment, is_text
+from grpo_exp.recipe.launch import accelerate_fsdp
 
 QUANTIZATION_FIELDS = {
     "load_in_4bit": "bits",

@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from grpo_exp.config.model_families import FAMILY_KEYS
-from grpo_exp.config.model_info import ModelInfoError, find_config_json, read_architecture
+from grpo_exp.models.model_families import FAMILY_KEYS
+from grpo_exp.models.model_info import ModelInfoError, find_config_json, read_architecture
 
 
 def model_yaml(name: str, name_or_path: str, arch: dict) -> str:
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         arch = read_architecture(find_config_json(args.name_or_path))
     except (ModelInfoError, OSError) as exc:
-        print(f"grpo_exp.config.model_info: {exc}", file=sys.stderr)
+        print(f"grpo_exp.models.model_info: {exc}", file=sys.stderr)
         return 2
     name = args.name or Path(args.name_or_path.rstrip("/")).name.lower()
     text = model_yaml(name, args.name_or_path, arch)

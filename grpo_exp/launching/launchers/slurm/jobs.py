@@ -25,8 +25,8 @@ from omegaconf import DictConfig, OmegaConf
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
 from grpo_exp.launching import launch
-from grpo_exp.launching.slurm_state import ENDED, GONE, JobState, ask, ask_all, job_state  # noqa: F401
-from grpo_exp.launching.slurm_task import NodeTask
+from grpo_exp.launching.launchers.slurm.states import ENDED, GONE, JobState, ask, ask_all, job_state  # noqa: F401
+from grpo_exp.launching.launchers.slurm.task import NodeTask
 from grpo_exp.planning.placement import Plan
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ from omegaconf import DictConfig
 
 from grpo_exp import Problem
 from grpo_exp.core import rundir
-from grpo_exp.launching.kubernetes import MANIFESTS, NAME_MAX, TRAINER_NODE, build, kind
-from grpo_exp.launching.kubernetes_yaml import dump
+from grpo_exp.launching.launchers.kubernetes.manifests import MANIFESTS, NAME_MAX, TRAINER_NODE, build, kind
+from grpo_exp.launching.launchers.kubernetes.yaml_text import dump
 from grpo_exp.planning.placement import Plan
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035

@@ -5,7 +5,7 @@ FSDP plugin the fsdp group."""
 from pathlib import Path
 
 from grpo_exp import CONF_DIR
-from grpo_exp.config.recipe.experiment import Experiment, load
+from grpo_exp.recipe.experiment import Experiment, load
 
 # accelerate keys that only say how accelerate launches: grpo_exp launches with torchrun or SLURM itself.
 LAUNCHER_ONLY = {

@@ -13,7 +13,8 @@ from omegaconf import OmegaConf
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.core.records import Status
-from grpo_exp.launching import launch, reachability, slurm_state, versions
+from grpo_exp.launching import launch, reachability, versions
+from grpo_exp.launching.launchers.slurm import states
 from grpo_exp.planning import placement
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def _requeued_by_slurm(job_id: str, restarts: int, summary: dict) -> None:
     """SLURM requeued the job itself (one of its nodes failed or was taken down; JobRequeue): whatever this attempt
     ended as (preempted where the ranks were stopped, failed where a peer's processes were killed first), the next
     attempt resumes from the last checkpoint, and the driver waits for it: no result from this one."""
-    state = slurm_state.job_state(job_id)
+    state = states.job_state(job_id)
     if state is not None and state.restarts is not None and state.restarts > restarts:
         log.warning(
             "%s at step %s: SLURM requeued job %s (attempt %d); it resumes from its last checkpoint",
@@ -106,7 +107,7 @@ def _requeued_by_slurm(job_id: str, restarts: int, summary: dict) -> None:
 def _requeue(cfg, job_id: str, run_dir: Path, restarts: int, step) -> None:
     """Node 0 of a preempted job: requeue it (the ranks resume from their checkpoint), unless SLURM itself is ending
     it (scancel, SLURM's own preemption: a requeue would undo it) or the requeues are used up."""
-    ending = slurm_state.ending(job_id)
+    ending = states.ending(job_id)
     if ending:
         log.warning(
             "preempted at step %s while SLURM ends job %s (%s): not requeued; python -m grpo_exp resume=%s continues",

@@ -17,8 +17,8 @@ pod's addresses (a pod has its own network namespace).
 A multi-node vLLM server (a LeaderWorkerSet in vLLM's docs) never comes up: the plan refuses more than one serving
 node (TRL 1.16's client talks to one server) and tensor parallelism wider than a node.
 
-What Kubernetes would refuse is found before anything is written: kubernetes_checks.py. Applying and following the
-job: kubernetes_run.py. Needs the `kubernetes` extra (kubeflow-trainer-api, kubernetes-validate).
+What Kubernetes would refuse is found before anything is written: checks.py. Applying and following the
+job: cluster.py. Needs the `kubernetes` extra (kubeflow-trainer-api, kubernetes-validate).
 """
 
 import hashlib
@@ -30,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import GIB
 from grpo_exp.core import rundir
-from grpo_exp.launching import kubernetes_yaml
+from grpo_exp.launching.launchers.kubernetes import yaml_text
 from grpo_exp.planning import host_memory
 from grpo_exp.planning.placement import Plan
 
@@ -113,7 +113,7 @@ def run_dir_in_pods(cfg: DictConfig) -> str:
 
 def build(cfg: DictConfig, plan: Plan, memory: dict) -> list[dict]:
     """The run's objects: the ConfigMap, then the TrainJob or JobSet, each passed through its model (a value of
-    the wrong type, or a key the model does not keep, is a ValueError; kubernetes_checks.validate checks the rest)."""
+    the wrong type, or a key the model does not keep, is a ValueError; checks.validate checks the rest)."""
     workload = _trainjob(cfg, plan, memory) if kind(cfg) == "TrainJob" else _jobset(cfg, plan, memory)
     return [_configmap(cfg), workload]
 
@@ -142,7 +142,7 @@ def _configmap(cfg: DictConfig) -> dict:
 
     text = rundir.config_text(cfg)
     meta = _metadata(cfg, f"{cfg.launcher.kubernetes.job_name}-config")
-    return kubernetes_yaml.through(
+    return yaml_text.through(
         IoK8sApiCoreV1ConfigMap,
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {rundir.CONFIG: text}},
     )
@@ -264,7 +264,7 @@ def _trainjob(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
             "runtimePatches": [patch],
         },
     }
-    return kubernetes_yaml.through(TrainerV1alpha1TrainJob, body)
+    return yaml_text.through(TrainerV1alpha1TrainJob, body)
 
 
 def trainjob_command(argv: list[str]) -> list[str]:
@@ -310,7 +310,7 @@ def _jobset(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
             "failurePolicy": {"maxRestarts": k.max_restarts},
         },
     }
-    return kubernetes_yaml.through(JobsetV1alpha2JobSet, body)
+    return yaml_text.through(JobsetV1alpha2JobSet, body)
 
 
 def _beside(replicated_job: str, jobset: str) -> dict:
@@ -393,5 +393,5 @@ def _server_pod(cfg: DictConfig, plan: Plan, memory: dict, node_rank: int) -> di
 
 def write(run_dir: Path, objects: list[dict]) -> Path:
     path = Path(run_dir) / MANIFESTS
-    path.write_text(kubernetes_yaml.dump(objects))
+    path.write_text(yaml_text.dump(objects))
     return path
