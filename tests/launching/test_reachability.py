@@ -49,8 +49,8 @@ def test_node_0_given_another_machines_address_is_refused():
 
 
 def test_the_driver_of_a_slurm_job_leaves_the_check_to_the_jobs_nodes():
-    """launcher=slurm: node 0's address is only known inside the job (the slurm launcher's task.py checks there); the driver's
-    preflight does not try the placeholder."""
+    """launcher=slurm: node 0's address is only known inside the job (launchers/slurm/task.py checks there); the
+    driver's preflight does not try the placeholder."""
     found = problems("launcher=slurm", "topology=cpu2x1", "launcher.slurm.cpus_per_task=1")
     assert not [p for p in found if p.key == "topology.master_addr"], found
 
