@@ -25,7 +25,7 @@ STAGES = {
     "__main__": 5,
 }
 PLUGIN_STAGE = 4  # hydra_plugins/: the frontier sweeper plans and launches trials
-INNER_IMPORTS_AT_MOST = 20  # issue 45: imports of grpo_exp's own modules inside functions, each with its reason
+INNER_IMPORTS_AT_MOST = 3  # issue 51: imports of grpo_exp's own modules inside functions, each with its reason
 
 
 def modules() -> dict[str, Path]:

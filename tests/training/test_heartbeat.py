@@ -93,7 +93,7 @@ def test_the_rank_is_recorded_once_when_the_heartbeat_and_the_main_thread_end_it
     import time
 
     from grpo_exp.core import rundir
-    from grpo_exp.training import worker
+    from grpo_exp.training import rank_process
 
     writes, active, overlapped = [], [0], []
 
@@ -110,13 +110,13 @@ def test_the_rank_is_recorded_once_when_the_heartbeat_and_the_main_thread_end_it
         def close(self):
             pass
 
-    state = worker._Rank(cfg=None, run_dir=tmp_path, rank=1, world_size=2, started=time.time(), watchdog=Closes())
+    state = rank_process.Rank(cfg=None, run_dir=tmp_path, rank=1, world_size=2, started=time.time(), watchdog=Closes())
     results = {}
     start = threading.Barrier(2)
 
     def end(name, status):
         start.wait()
-        results[name] = worker._record(state, {"status": status, "error": name})
+        results[name] = rank_process.record(state, {"status": status, "error": name})
 
     threads = [threading.Thread(target=end, args=(n, s)) for n, s in (("main", "failed"), ("heartbeat", "node_lost"))]
     for thread in threads:
