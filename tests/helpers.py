@@ -141,7 +141,7 @@ def problem_keys(found) -> list[str]:
 class Planned:
     cfg: DictConfig
     plan: object  # placement.Plan
-    memory: dict  # planner.preflight's dict: the memory part of plan.json
+    memory: object  # planner.MemoryPlan: to_dict() is the memory part of plan.json
 
     @property
     def inputs(self):

@@ -59,7 +59,7 @@ class Ended:
     run_dir: Path | None
     summary: dict = field(default_factory=dict)
     launched: bool = False
-    memory: dict | None = None
+    memory: planner.MemoryPlan | None = None
 
     def objective(self, metric: str, direction: str = "maximize") -> float:
         """A sweep's objective: `metric` (optimized_metric) of a completed run; a run that did not complete, or has
@@ -88,14 +88,14 @@ def run(job: Job) -> Ended:
     if job.unknown or problems:  # unknown keys were left out of composing: the rest was checked beside them
         return _refuse(run_dir, job.unknown + problems, job.sweeping)
     memory = _memory_plan(cfg, plan)
-    memory["notes"] = job.notes + memory["notes"]
+    memory.notes = job.notes + memory.notes
     if cfg.action == "run":
         warnings = placement.card_warnings(cfg.topology, cards)
         for warning in warnings:
             log.warning(warning)
-        memory["notes"] += warnings
+        memory.notes += warnings
     if cfg.action == "plan":
-        memory["notes"] += preflight.unchecked_data(cfg)
+        memory.notes += preflight.unchecked_data(cfg)
     launcher = launchers.of(cfg)
     files, problems = launcher.build(cfg, plan, memory)  # its files beside plan.json, checked before any is written
     if problems:
@@ -107,14 +107,14 @@ def run(job: Job) -> Ended:
         return _planned(cfg, run_dir, plan, memory, job.sweeping)
     print(headline(cfg, plan))
     print(placement.describe(plan))
-    if not memory["fits"] and not _run_anyway(cfg, memory):
+    if not memory.fits and not _run_anyway(cfg, memory):
         summary = outcome.refused(
             run_dir,
             Status.PREDICTED_OOM,
             wall_s=0.0,
-            suggestions=memory["suggestions"],
+            suggestions=memory.suggestions,
             error="preflight predicts an OOM"
-            + "".join(f": {e}" for e in memory["errors"][:1] if e.startswith("host RAM"))
+            + "".join(f": {e}" for e in memory.errors[:1] if e.startswith("host RAM"))
             + "; see plan.json (preflight.on_oom=warn runs anyway)",
         )
         log.error("refused: predicted OOM (exit %d); preflight.on_oom=warn tries anyway", summary["exit_code"])
@@ -200,12 +200,12 @@ def _refuse(run_dir: Path, problems: list[Problem], sweeping: bool) -> Ended:
     return Ended(outcome.EXIT_INVALID, None)
 
 
-def _memory_plan(cfg: DictConfig, plan) -> dict:
+def _memory_plan(cfg: DictConfig, plan) -> planner.MemoryPlan:
     memory = planner.preflight(cfg, plan)
-    return _fit(cfg, plan, memory) if not memory["fits"] and cfg.preflight.on_oom == "fit" else memory
+    return _fit(cfg, plan, memory) if not memory.fits and cfg.preflight.on_oom == "fit" else memory
 
 
-def _fit(cfg: DictConfig, plan, memory: dict) -> dict:
+def _fit(cfg: DictConfig, plan, memory: planner.MemoryPlan) -> planner.MemoryPlan:
     """Apply the planner's change that fits and keeps the experiment (preflight.on_oom=fit)."""
     changes = fixes.fit(cfg, plan)
     if changes is None:
@@ -218,15 +218,15 @@ def _fit(cfg: DictConfig, plan, memory: dict) -> dict:
     return planner.preflight(cfg, plan)
 
 
-def _planned(cfg: DictConfig, run_dir: Path, plan, memory: dict, sweeping: bool) -> Ended:
+def _planned(cfg: DictConfig, run_dir: Path, plan, memory: planner.MemoryPlan, sweeping: bool) -> Ended:
     """action=plan: print the plan (in a sweep, one line per trial and the table at the end)."""
     if sweeping:
-        top = memory["suggestions"][0]["text"] if memory["suggestions"] else None
+        top = memory.suggestions[0]["text"] if memory.suggestions else None
         summary = outcome.refused(
-            run_dir, Status.PLANNED, fits=memory["fits"], suggestion=top, **plan_file.summary_keys(memory)
+            run_dir, Status.PLANNED, fits=memory.fits, suggestion=top, **plan_file.summary_keys(memory.to_dict())
         )
-        verdict = "fits" if memory["fits"] else "OOM"
-        log.info("%s: %s, peak %.2f GiB per training process", run_dir.name, verdict, memory["train"]["peak_gib"])
+        verdict = "fits" if memory.fits else "OOM"
+        log.info("%s: %s, peak %.2f GiB per training process", run_dir.name, verdict, memory.train["peak_gib"])
         return Ended(outcome.EXIT_OK, run_dir, summary, memory=memory)
     print(headline(cfg, plan))
     print(placement.describe(plan))
@@ -235,7 +235,7 @@ def _planned(cfg: DictConfig, run_dir: Path, plan, memory: dict, sweeping: bool)
     return Ended(outcome.EXIT_OK, run_dir, memory=memory)
 
 
-def _run_anyway(cfg: DictConfig, memory: dict) -> bool:
+def _run_anyway(cfg: DictConfig, memory: planner.MemoryPlan) -> bool:
     print_plan(memory)
     if cfg.preflight.on_oom in ("refuse", "fit"):
         return False

@@ -15,9 +15,9 @@ from pathlib import Path
 from grpo_exp.core import metrics, rundir
 
 
-def write(run_dir: Path, plan, memory: dict) -> dict:
-    """plan.json for `plan` (placement.Plan) and `memory` (planner.preflight's dict); returns what it wrote."""
-    data = {**plan.to_dict(), **memory, "vllm": {**plan.vllm, **(memory["vllm"] or {})}}
+def write(run_dir: Path, plan, memory) -> dict:
+    """plan.json for `plan` (placement.Plan) and `memory` (planner.MemoryPlan); returns what it wrote."""
+    data = {**plan.to_dict(), **memory.to_dict(), "vllm": {**plan.vllm, **(memory.vllm or {})}}
     rundir.write_json(Path(run_dir) / rundir.PLAN, data)
     return data
 

@@ -8,7 +8,7 @@ no torch import.
     report.py   the breakdown as terminal tables
 """
 
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 
 from omegaconf import DictConfig
 
@@ -32,8 +32,30 @@ def plan_and_estimate(cfg: DictConfig, gpus: int, config_path: str = "config.yam
     return plan, preflight(cfg, plan)
 
 
-def preflight(cfg: DictConfig, plan) -> dict:
-    """The memory part of plan.json."""
+@dataclass
+class MemoryPlan:
+    """The memory plan of one run, as the driver, the launchers and the report read it; to_dict() is the memory part
+    of plan.json (plan_file.py). The roles' figures are RoleEstimate.to_dict()'s: peak_gib, capacity_gib,
+    headroom_gib, fits, components_gib, phases_gib, notes."""
+
+    fits: bool  # every GPU (or CPU process) and every node's host RAM within its capacity
+    device: str  # cuda | cpu
+    train: dict  # one training GPU (on CPU: one training process)
+    vllm: dict | None  # one vLLM server GPU (vllm=server), else None
+    host: list[dict]  # host RAM per kind of node: host_memory's figures and `nodes`, the node ranks alike
+    errors: list[str]  # why it does not fit
+    suggestions: list[dict]  # what would fit, ranked (fixes.suggest): {text, overrides, fits, ...}
+    notes: list[str]  # what the plan assumed or could not model; the driver and the launcher add theirs
+    env: dict | None  # the environment's episodes (data=none / env=...), as the plan counts them
+    vllm_engine: dict | None  # one vLLM engine GPU as vllm_engine.py lays it out
+    weight_sync: dict | None  # how the trainer's weights reach vLLM, and what that holds
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def preflight(cfg: DictConfig, plan) -> MemoryPlan:
+    """The memory plan of `cfg` on the launch plan `plan`."""
     x = inputs(cfg, plan)
     e = estimate(x)
     nodes = [(n.train_procs, max(len(n.vllm_gpus), "vllm" in n.commands)) for n in plan.nodes]  # a CPU server: 1
@@ -52,19 +74,19 @@ def preflight(cfg: DictConfig, plan) -> dict:
         notes.append(
             "topology.host_memory_gib is null: host RAM per node is planned, not checked (set it to the nodes' RAM)"
         )
-    return {
-        "fits": e.fits and all(node.fits for node in hosts),
-        "device": plan.device,
-        "train": e.train.to_dict(),
-        "vllm": e.vllm.to_dict() if e.vllm else None,
-        "host": [{**node.to_dict(), "nodes": same} for node, same in _distinct(hosts, with_nodes=True)],
-        "errors": errors + [n for n in e.train.notes],
-        "suggestions": suggest(x),
-        "notes": notes,
-        "env": episode(cfg, plan.world_size),
-        "vllm_engine": engine(x),
-        "weight_sync": weight_sync(x),
-    }
+    return MemoryPlan(
+        fits=e.fits and all(node.fits for node in hosts),
+        device=plan.device,
+        train=e.train.to_dict(),
+        vllm=e.vllm.to_dict() if e.vllm else None,
+        host=[{**node.to_dict(), "nodes": same} for node, same in _distinct(hosts, with_nodes=True)],
+        errors=errors + [n for n in e.train.notes],
+        suggestions=suggest(x),
+        notes=notes,
+        env=episode(cfg, plan.world_size),
+        vllm_engine=engine(x),
+        weight_sync=weight_sync(x),
+    )
 
 
 def _card_notes(plan) -> list[str]:

@@ -5,7 +5,7 @@ from grpo_exp.models import model_families
 from grpo_exp.planning.inputs import activation_checkpointing, planned_prompt
 
 
-def print_plan(memory: dict) -> None:
+def print_plan(memory) -> None:
     """The breakdown as terminal tables (rich)."""
     from rich.console import Console
     from rich.markup import escape
@@ -13,11 +13,11 @@ def print_plan(memory: dict) -> None:
 
     console = Console(width=110)
     for role in ("train", "vllm"):
-        r = memory[role]
+        r = getattr(memory, role)
         if r is None:
             continue
         verdict = "[green]fits[/]" if r["fits"] else "[red]OOM[/]"
-        unit = "GPU" if memory["device"] == "cuda" else "process (host RAM)"
+        unit = "GPU" if memory.device == "cuda" else "process (host RAM)"
         console.print(f"{role}: peak per {unit} {r['peak_gib']:.2f} of {r['capacity_gib']:.2f} GiB - {verdict}")
         table = Table()
         table.add_column("component")
@@ -31,17 +31,17 @@ def print_plan(memory: dict) -> None:
         console.print(table)
         for note in r["notes"]:
             console.print(f"  {note}", markup=False, highlight=False)
-    for host in memory.get("host") or []:
+    for host in memory.host:
         capacity = f" of {host['capacity_gib']:.1f} GiB" if host["capacity_gib"] is not None else " (RAM not given)"
         verdict = "" if host["capacity_gib"] is None else " - [green]fits[/]" if host["fits"] else " - [red]OOM[/]"
         nodes = ",".join(map(str, host["nodes"][:8])) + (" ..." if len(host["nodes"]) > 8 else "")
         parts = ", ".join(f"{k} {v:.1f}" for k, v in host["components_gib"].items() if v)
         console.print(f"host: RAM of node {nodes} {host['peak_gib']:.1f} GiB{capacity}{verdict} ({parts})")
-    for line in memory["errors"] + memory["notes"]:  # may quote a path or a user's value: text, not markup
+    for line in memory.errors + memory.notes:  # may quote a path or a user's value: text, not markup
         console.print(f"  note: {line}", markup=False, highlight=False)
-    if memory["suggestions"]:
+    if memory.suggestions:
         console.print("what would fit (ranked):")
-        for item in memory["suggestions"]:
+        for item in memory.suggestions:
             console.print(f"  {'[green]fits [/]' if item['fits'] else 'helps'}  {escape(item['text'])}")
 
 

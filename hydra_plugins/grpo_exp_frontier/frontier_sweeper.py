@@ -77,7 +77,7 @@ class FrontierSweeper(Sweeper):
                 self.config, self._overrides(arguments, axis, batch)
             )
             # the driver's own verdict for this trial
-            if planner.plan_and_estimate(cfg, gpus.count())[1]["fits"]:
+            if planner.plan_and_estimate(cfg, gpus.count())[1].fits:
                 best = i
         return best
 

@@ -137,7 +137,7 @@ def test_no_reward_source_at_all_is_refused_with_the_overrides_that_give_one():
 def test_data_none_the_environment_owns_the_data():
     text, cfg = report("data=none", COUNTER, "trainer.max_steps=4", "action=plan")
     assert text == "" and cfg.data.loader._target_ == "grpo_exp.data.none.load"
-    notes = planned("data=none", COUNTER, "trainer.max_steps=4").memory["notes"]
+    notes = planned("data=none", COUNTER, "trainer.max_steps=4").memory.notes
     assert any("data=none" in n and "data.max_prompt_length=128" in n for n in notes)
 
 
@@ -191,10 +191,10 @@ def test_the_tool_schemas_are_the_warm_starts_and_its_cache_key():
 
 
 def test_the_plan_says_whose_tool_calls_they_are_and_where_the_code_runs(tmp_path):
-    notes = planned("env.tools=[tests.user_code.multiply,tests.user_code.async_add]").memory["notes"]
+    notes = planned("env.tools=[tests.user_code.multiply,tests.user_code.async_add]").memory.notes
     assert any("warm-started on calls of this run's tools (multiply, async_add" in n for n in notes)
     assert any("the directory grpo_exp is started in (env.working_dir=null)" in n for n in notes)
-    real = planned("env=calculator", "model=qwen7b", "topology=1x8", f"env.working_dir={tmp_path}").memory["notes"]
+    real = planned("env=calculator", "model=qwen7b", "topology=1x8", f"env.working_dir={tmp_path}").memory.notes
     assert any("are Qwen/Qwen2.5-7B-Instruct's own" in n for n in real)
     assert any(f"run in {tmp_path}" in n for n in real)
 

@@ -13,7 +13,7 @@ from tests.helpers import group_options, report, run_driver, run_job
 
 def test_a_colocated_engine_on_a_cpu_machine_plans(tmp_path):
     ended = run_job("model=qwen3b", "topology=local", "vllm=colocate", "action=plan", run_dir=tmp_path / "run")
-    assert ended.code == 0 and not ended.memory["fits"]
+    assert ended.code == 0 and not ended.memory.fits
 
 
 @pytest.mark.parametrize(

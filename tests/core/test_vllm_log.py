@@ -34,7 +34,7 @@ def test_the_run_report_sets_vllms_figures_beside_the_plan(capsys, tmp_path):
 
     summary = {
         "status": "completed",
-        **plan_file.summary_keys(p.memory),
+        **plan_file.summary_keys(p.memory.to_dict()),
         **vllm_log.summary_keys(V022["log"]),
     }
     rows = {r[0]: r for r in report.engine_rows(summary)}

@@ -128,9 +128,9 @@ def test_calibrate_fits_factors_from_cpu_runs_and_the_planner_uses_them(cli, tmp
     assert after < before / 2 and after < 10, data  # measured: 45-67% before, within 3.2% after
     compare.main([str(sweep_dir), "--calibration", str(out), "--out", str(tmp_path / "cmp")])
     assert "calibrated" in capsys.readouterr().out  # the column: error after the factors
-    plain = planned("trainer.per_device_train_batch_size=64").memory["train"]["peak_gib"]
+    plain = planned("trainer.per_device_train_batch_size=64").memory.train["peak_gib"]
     used = planned("trainer.per_device_train_batch_size=64", f"preflight.calibration={out}").memory
-    assert used["train"]["peak_gib"] != pytest.approx(plain, rel=1e-3)
+    assert used.train["peak_gib"] != pytest.approx(plain, rel=1e-3)
     text, _ = report("action=plan", f"preflight.calibration={tmp_path / 'missing.json'}")
     assert "preflight.calibration" in text
 

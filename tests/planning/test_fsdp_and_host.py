@@ -57,7 +57,7 @@ def test_fsdp2_lowers_a_full_fine_tunes_peak_and_offload_moves_its_states_to_the
         planned("model=qwen7b", "topology=1x8", "vllm=server"),
         planned("model=qwen7b", "topology=1x8", "vllm=server", "fsdp=full_shard"),
     )
-    assert 0 < fsdp.memory["train"]["peak_gib"] < 0.6 * none.memory["train"]["peak_gib"]
+    assert 0 < fsdp.memory.train["peak_gib"] < 0.6 * none.memory.train["peak_gib"]
     offload = _x("fsdp=full_shard_offload")
     assert memory.model_states(offload) == {"weights": 0.0, "gradients": 0.0, "fp32_gradients": 0.0, "optimizer": 0.0}
     host = host_memory.offloaded_per_rank(offload)
@@ -85,47 +85,47 @@ def test_zero3_offload_host_ram_hand_computed_and_the_verdict_follows_host_memor
     short = planned(
         "model=qwen7b", "topology=1x8", "vllm=server", "deepspeed=zero3_offload", "topology.host_memory_gib=64"
     )
-    [node] = short.memory["host"]
+    [node] = short.memory.host
     c = node["components_gib"]
     trainers = 7  # the server has GPU 0
     assert c["offloaded_states"] == pytest.approx(16 * P7 / GIB)  # DeepSpeed's 16 bytes per parameter, over the node
     assert c["offloaded_weights"] == pytest.approx(2 * P7 / GIB)
     runtime = trainers * host_memory.HOST_RUNTIME_GPU_RANK + host_memory.HOST_RUNTIME_VLLM_SERVER
     assert c["runtime"] == pytest.approx((runtime + host_memory.HOST_RUNTIME_VLLM_WORKER) / GIB)
-    assert node["capacity_gib"] == 64 and not node["fits"] and not short.memory["fits"]
-    assert any("host RAM of node 0: needs" in e for e in short.memory["errors"])
-    fixes_text = [e for e in short.memory["errors"] if "short:" in e]
+    assert node["capacity_gib"] == 64 and not node["fits"] and not short.memory.fits
+    assert any("host RAM of node 0: needs" in e for e in short.memory.errors)
+    fixes_text = [e for e in short.memory.errors if "short:" in e]
     assert "deepspeed=zero3 (no offload)" in fixes_text[0]  # the largest term first
     roomy = planned(
         "model=qwen7b", "topology=1x8", "vllm=server", "deepspeed=zero3_offload", "topology.host_memory_gib=2048"
     )
-    assert roomy.memory["fits"] and roomy.memory["host"][0]["fits"]
+    assert roomy.memory.fits and roomy.memory.host[0]["fits"]
 
 
 def test_a_cluster_without_host_memory_gib_is_planned_not_checked_and_this_machine_is_detected():
     cluster = planned("model=qwen7b", "topology=1x8", "deepspeed=zero3_offload")
-    assert cluster.memory["host"][0]["capacity_gib"] is None and cluster.memory["host"][0]["fits"]
-    assert any("topology.host_memory_gib is null" in n for n in cluster.memory["notes"])
+    assert cluster.memory.host[0]["capacity_gib"] is None and cluster.memory.host[0]["fits"]
+    assert any("topology.host_memory_gib is null" in n for n in cluster.memory.notes)
     import psutil
 
     local = planned()  # topology=local on CPU: this machine's RAM, the ranks' own plans added up
-    [node] = local.memory["host"]
+    [node] = local.memory.host
     assert node["capacity_gib"] == pytest.approx(psutil.virtual_memory().total / GIB)
-    assert node["components_gib"]["training_processes"] == pytest.approx(2 * local.memory["train"]["peak_gib"])
+    assert node["components_gib"]["training_processes"] == pytest.approx(2 * local.memory.train["peak_gib"])
 
 
 def test_sleeping_colocated_vllm_parks_its_weights_in_host_ram():
-    awake = planned("model=qwen7b", "topology=1x8", "vllm=colocate").memory["host"][0]["components_gib"]
+    awake = planned("model=qwen7b", "topology=1x8", "vllm=colocate").memory.host[0]["components_gib"]
     asleep = planned("model=qwen7b", "topology=1x8", "vllm=colocate", "vllm.enable_sleep_mode=true")
     assert awake["vllm_sleeping_weights"] == 0
-    assert asleep.memory["host"][0]["components_gib"]["vllm_sleeping_weights"] == pytest.approx(8 * 2 * P7 / GIB)
+    assert asleep.memory.host[0]["components_gib"]["vllm_sleeping_weights"] == pytest.approx(8 * 2 * P7 / GIB)
 
 
 def test_checkpoint_loading_binds_without_ram_efficient_loading_and_the_fix_says_so():
     every_rank = planned("model=qwen7b", "topology=1x8", "fsdp=full_shard", "topology.host_memory_gib=64")
-    [node] = every_rank.memory["host"]
+    [node] = every_rank.memory.host
     assert node["components_gib"]["checkpoint_load"] == pytest.approx(8 * 2 * P7 / GIB) and not node["fits"]
-    assert any("fsdp.cpu_ram_efficient_loading=true" in e for e in every_rank.memory["errors"])
+    assert any("fsdp.cpu_ram_efficient_loading=true" in e for e in every_rank.memory.errors)
     rank0 = planned(
         "model=qwen7b",
         "topology=1x8",
@@ -133,13 +133,13 @@ def test_checkpoint_loading_binds_without_ram_efficient_loading_and_the_fix_says
         "fsdp.cpu_ram_efficient_loading=true",
         "topology.host_memory_gib=64",
     )
-    assert rank0.memory["host"][0]["components_gib"]["checkpoint_load"] == pytest.approx(2 * P7 / GIB)
-    assert rank0.memory["fits"]
+    assert rank0.memory.host[0]["components_gib"]["checkpoint_load"] == pytest.approx(2 * P7 / GIB)
+    assert rank0.memory.fits
 
 
 def test_nodes_alike_are_reported_once_with_their_indices():
     many = planned("model=qwen7b", "topology=4x8", "fsdp=full_shard", "fsdp.cpu_ram_efficient_loading=true")
-    assert [h["nodes"] for h in many.memory["host"]] == [[0], [1, 2, 3]]  # node 0 reads the checkpoint
+    assert [h["nodes"] for h in many.memory.host] == [[0], [1, 2, 3]]  # node 0 reads the checkpoint
 
 
 def test_calibration_fits_the_host_runtime_of_gpu_nodes_from_their_measured_rss():
@@ -149,7 +149,7 @@ def test_calibration_fits_the_host_runtime_of_gpu_nodes_from_their_measured_rss(
     from grpo_exp.planning import calibrate, calibration, plan_file
 
     found = planned("model=qwen7b", "topology=1x8", "deepspeed=zero3_offload")
-    keys = plan_file.summary_keys(found.memory)
+    keys = plan_file.summary_keys(found.memory.to_dict())
     runtime, peak = keys["plan/host/runtime_gib"], keys["plan/host/peak_gib"]
     summary = {**keys, metrics.peak("train", metrics.NODE_RSS): peak + runtime / 2}  # runtime 1.5x the typical
     sample = calibrate.host_sample(summary)

@@ -38,7 +38,7 @@ def replanned(record: Path) -> dict:
     ):
         overrides.append(f"trainer.{key}={t[key]}")
     overrides.append(f"trainer.activation_checkpointing={str(bool(t.activation_checkpointing)).lower()}")
-    return planned(*overrides).memory["train"]
+    return planned(*overrides).memory.train
 
 
 def summary(record: Path) -> dict:

@@ -57,7 +57,7 @@ def test_topology_local_plans_the_detected_card_and_names_it_first(monkeypatch, 
     fake_nvml(monkeypatch, [("NVIDIA GeForce RTX 4090", 23.99)])
     ended = run_job("model=qwen1.5b", "topology=local", "action=plan", run_dir=tmp_path / "run", gpus=None)
     first = capsys.readouterr().out.splitlines()[0]
-    assert ended.memory["train"]["capacity_gib"] == pytest.approx(23.99)
+    assert ended.memory.train["capacity_gib"] == pytest.approx(23.99)
     assert "1 x 1 NVIDIA GeForce RTX 4090 (23.99 GiB, detected here)" in first
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert (plan["gpu_name"], plan["card_source"]) == ("NVIDIA GeForce RTX 4090", "detected")
@@ -76,8 +76,8 @@ def test_a_topology_naming_another_card_is_a_warning_at_run(monkeypatch):
 
 def test_no_card_and_no_size_is_planned_as_80_gib_with_a_note():
     found = planned("model=qwen0.5b", "topology=local", "topology.gpus_per_node=1").memory
-    assert found["train"]["capacity_gib"] == 80
-    assert any("no GPU detected here" in n for n in found["notes"])
+    assert found.train["capacity_gib"] == 80
+    assert any("no GPU detected here" in n for n in found.notes)
 
 
 @pytest.mark.slow  # the CLI in a subprocess
@@ -114,16 +114,16 @@ def test_a_chosen_topology_holds_over_the_experiments_values(tmp_path):
 
 
 def test_nodes_on_a_loopback_rendezvous_are_named():
-    notes = planned("model=qwen7b", "topology=2x8").memory["notes"]
+    notes = planned("model=qwen7b", "topology=2x8").memory.notes
     assert any("loopback" in n and "127.0.0.1" in n for n in notes)
-    routed = planned("model=qwen7b", "topology=2x8", "topology.master_addr=10.1.2.3").memory["notes"]
+    routed = planned("model=qwen7b", "topology=2x8", "topology.master_addr=10.1.2.3").memory.notes
     assert not any("loopback" in n for n in routed)
 
 
 def test_prompts_are_planned_at_the_datas_longest_in_the_models_tokens():
     found = planned("model=qwen0.5b", "model.name_or_path=null", "topology=1x1")
     assert found.inputs.prompt == 42  # what the H200 records measured: num_tokens / 16 - 512
-    assert any("prompts planned at 42 tokens" in n for n in found.memory["notes"])
+    assert any("prompts planned at 42 tokens" in n for n in found.memory.notes)
     hub = planned("model=qwen0.5b", "topology=1x1")  # a hub model's tokenizer is not here: the bound stays
     assert hub.inputs.prompt == hub.cfg.data.max_prompt_length
 

@@ -97,7 +97,7 @@ MOE = ("model=qwen3-30b-a3b", "topology=1x8", "topology.gpu_memory_gib=80", "dee
 
 def test_top_k_and_the_experts_backend_change_the_train_phase():
     def activations(*more):
-        return planned(*MOE, "trainer.activation_checkpointing=false", *more).memory["train"]["components_gib"][
+        return planned(*MOE, "trainer.activation_checkpointing=false", *more).memory.train["components_gib"][
             "activations"
         ]
 
@@ -108,7 +108,7 @@ def test_top_k_and_the_experts_backend_change_the_train_phase():
         activations("model.experts_implementation=batched_mm"),
     )
     assert top8 < eager < batched and batched > 10 * top8  # batched_mm copies each token's experts' weights
-    assert planned(*MOE).memory["train"]["notes"] is not None
+    assert planned(*MOE).memory.train["notes"] is not None
 
 
 def test_lora_on_expert_weights_is_planned():
@@ -138,12 +138,12 @@ def test_sliding_windows_bound_the_kv_cache():
     common = ("topology=1x2", "topology.gpu_memory_gib=80", "vllm=server", "peft=lora", "model=gemma3-1b")
     sliding = planned(*common, *_numbers(config))
     full = planned(*common, *_numbers(config), "model.layer_types=[]", "model.sliding_window=null")
-    assert sliding.memory["vllm_engine"]["starts"] and not full.memory["vllm_engine"]["starts"]
+    assert sliding.memory.vllm_engine["starts"] and not full.memory.vllm_engine["starts"]
     x = sliding.inputs
     assert families.hf_cache_bytes(x, 4096, 1) < families.hf_cache_bytes(
         dataclasses.replace(x, sliding_layers=0), 4096, 1
     )
-    assert any("sliding layers at their 1024-token window" in n for n in sliding.memory["vllm_engine"]["notes"])
+    assert any("sliding layers at their 1024-token window" in n for n in sliding.memory.vllm_engine["notes"])
 
 
 def test_state_layers_hold_a_state_per_sequence_not_a_cache_per_token():
@@ -220,8 +220,8 @@ def test_the_tiny_families_plan_their_kind():
 
 def test_a_model_of_a_family_is_described_and_not_called_unmodelled():
     found = planned(*MOE)
-    assert not any("not modelled" in n or "planned as full attention" in n for n in found.memory["notes"])
-    assert found.memory["train"]["phases_gib"]["train"] < found.cfg.topology.gpu_memory_gib
+    assert not any("not modelled" in n or "planned as full attention" in n for n in found.memory.notes)
+    assert found.memory.train["phases_gib"]["train"] < found.cfg.topology.gpu_memory_gib
 
 
 # --- LoRA's saved activations (the adapters' inputs, casts and dropout masks), for dense models too ---------------

@@ -195,12 +195,12 @@ def test_every_shipped_model_and_topology_plans(model, topology):
     for vllm in ("off", "colocate") + (("server",) if topology not in ("1x1",) else ()):
         cfg = compose_cfg(f"model={model}", f"topology={topology}", f"vllm={vllm}")
         memory = planner.preflight(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=0))
-        engine_fits = memory["vllm"] is None or memory["vllm"]["peak_gib"] <= memory["vllm"]["capacity_gib"]
-        assert memory["train"]["peak_gib"] > 0
-        assert memory["fits"] == (memory["train"]["peak_gib"] <= memory["train"]["capacity_gib"] and engine_fits)
-        assert (memory["vllm"] is not None) == (vllm == "server")
-        if not memory["fits"]:
-            assert memory["suggestions"], (model, topology, vllm)
+        engine_fits = memory.vllm is None or memory.vllm["peak_gib"] <= memory.vllm["capacity_gib"]
+        assert memory.train["peak_gib"] > 0
+        assert memory.fits == (memory.train["peak_gib"] <= memory.train["capacity_gib"] and engine_fits)
+        assert (memory.vllm is not None) == (vllm == "server")
+        if not memory.fits:
+            assert memory.suggestions, (model, topology, vllm)
 
 
 def test_known_cases_verdicts():
@@ -345,7 +345,7 @@ def test_the_plan_knows_an_agentic_runs_episodes():
     p = planned("env=number_game", "model=qwen7b", "topology=1x8", "vllm=colocate", "data.max_prompt_length=256")
     t = p.cfg.trainer
     assert t.steps_per_generation is None  # GRPOConfig's default: gradient_accumulation_steps
-    assert p.memory["env"] == {
+    assert p.memory.env == {
         "name": "number_game",
         "tools": ["guess"],
         "environments": None,
@@ -353,7 +353,7 @@ def test_the_plan_knows_an_agentic_runs_episodes():
         "max_completion_length": 96,
         "instances_per_rank": t.per_device_train_batch_size * t.gradient_accumulation_steps,
     }
-    notes = " ".join(p.memory["notes"])
+    notes = " ".join(p.memory.notes)
     assert "bounds the whole episode" in notes and "up to 3 per episode" in notes
     assert "prompt + episode (352 tokens)" in notes
-    assert planned("model=qwen7b", "topology=1x8").memory["env"] is None
+    assert planned("model=qwen7b", "topology=1x8").memory.env is None

@@ -13,12 +13,12 @@ P7 = 7615616512  # Qwen2.5-7B
 QWEN7B_LINEAR = 28 * (2 * 3584 * 3584 + 2 * 3584 * 512 + 3 * 3584 * 18944)  # q,o + k,v + gate,up,down per layer
 
 
-def plan_of(*overrides: str) -> dict:
+def plan_of(*overrides: str):
     return planned(*overrides).memory
 
 
 def components(*overrides: str) -> dict:
-    return {k: v * 2**30 for k, v in plan_of(*overrides)["train"]["components_gib"].items()}
+    return {k: v * 2**30 for k, v in plan_of(*overrides).train["components_gib"].items()}
 
 
 def test_qlora_plans_4bit_linear_layers_with_their_constants_and_the_dequantized_copy():
@@ -82,13 +82,12 @@ def test_a_prequantized_checkpoint_is_planned_and_served_at_its_precision(prequa
     assert (q.method, q.bits, q.quant_type, q.double_quant, q.prequantized) == ("bitsandbytes", 4, "nf4", True, True)
     # Mistral-7B's logical count, from the meta device (not the packed storage)
     assert cfg.model.num_parameters == 7248023552
-    weights = plan_of("model=auto", f"model.name_or_path={prequantized}", "topology=1x1", "vllm=off", "peft=lora")[
-        "train"
-    ]["components_gib"]["weights"]
+    weights = plan_of("model=auto", f"model.name_or_path={prequantized}", "topology=1x1", "vllm=off", "peft=lora")
+    weights = weights.train["components_gib"]["weights"]
     assert 3.3 <= weights <= 4.6  # 16-bit: ~13.5 GiB
-    served = plan_of("model=auto", f"model.name_or_path={prequantized}", "topology=1x8", "vllm=server", "peft=lora")[
-        "vllm"
-    ]
+    served = plan_of(
+        "model=auto", f"model.name_or_path={prequantized}", "topology=1x8", "vllm=server", "peft=lora"
+    ).vllm
     assert served["components_gib"]["weights"] < 4.5  # vLLM loads it at 4 bits too
 
 
@@ -146,9 +145,9 @@ def test_a_vision_language_model_is_planned_with_its_vision_tower(qwen2_vl):
     # the class TRL loads (Qwen2VLForConditionalGeneration) on the meta device
     assert cfg.model.num_parameters == 2208985600
     assert 0.6e9 < cfg.model.vision_parameters < 0.7e9
-    assert memory["train"]["components_gib"]["weights"] == pytest.approx(2208985600 * 2 / 2**30)
-    assert any("vision tower" in note and "trained" in note for note in memory["notes"])
-    assert any("data.images_per_prompt=0: prompts planned without images" in note for note in memory["notes"])
+    assert memory.train["components_gib"]["weights"] == pytest.approx(2208985600 * 2 / 2**30)
+    assert any("vision tower" in note and "trained" in note for note in memory.notes)
+    assert any("data.images_per_prompt=0: prompts planned without images" in note for note in memory.notes)
 
 
 def test_lora_on_a_vision_language_model_checks_its_real_layers(qwen2_vl):
@@ -161,7 +160,7 @@ def test_lora_on_a_vision_language_model_checks_its_real_layers(qwen2_vl):
         "peft=lora",
     )
     memory = plan_of(*vl)
-    assert any("frozen under LoRA" in note for note in memory["notes"])
+    assert any("frozen under LoRA" in note for note in memory.notes)
     text, _ = report(*vl, "peft.target_modules=[q_proj,qkv,attn_nope]", "action=plan")
     # the vision tower's layers too
     assert "peft.target_modules: ['attn_nope'] are not layers LoRA adapts" in text and "'qkv'" in text

@@ -66,12 +66,12 @@ def test_images_lengthen_the_prompt_and_a_trained_tower_keeps_their_activations(
         *vl_model, "trainer.activation_checkpointing=false", "data.images_per_prompt=2", "data.image_size=[448,448]"
     )
     assert two.inputs.prompt == text.inputs.prompt + 2 * 256
-    assert text.memory["train"]["components_gib"]["vision_activations"] == 0
+    assert text.memory.train["components_gib"]["vision_activations"] == 0
     b = two.inputs.batch
     expected = vision.activations(two.inputs.vision, b * 2 * 1024, 2, checkpointing=False)
-    assert two.memory["train"]["components_gib"]["vision_activations"] == pytest.approx(expected / 2**30)
+    assert two.memory.train["components_gib"]["vision_activations"] == pytest.approx(expected / 2**30)
     assert expected / 2**30 > 10  # 8 completions x 2 images of 1024 patches through 32 blocks: the seeds' 10-20 GiB
     ckpt = planned(*vl_model, "data.images_per_prompt=2", "data.image_size=[448,448]")
-    assert ckpt.memory["train"]["components_gib"]["vision_activations"] < expected / 2**30 / 5
+    assert ckpt.memory.train["components_gib"]["vision_activations"] < expected / 2**30 / 5
     lora = planned(*vl_model, "peft=lora", "data.images_per_prompt=2", "data.image_size=[448,448]")
-    assert lora.memory["train"]["components_gib"]["vision_activations"] == 0  # a frozen tower saves nothing
+    assert lora.memory.train["components_gib"]["vision_activations"] == 0  # a frozen tower saves nothing

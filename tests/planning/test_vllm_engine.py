@@ -129,42 +129,42 @@ def test_fp8_kv_cache_doubles_the_tokens_and_a_fixed_kv_cache_ignores_the_budget
     engine = vllm_engine.estimate(fixed, server=True)
     assert engine.components["kv_cache"] == 10 * GIB and engine.peak < 0.5 * engine.budget
     too_big = planned("model=qwen7b", "topology=1x8", "vllm=server", f"vllm.kv_cache_memory_bytes={75 * GIB}")
-    assert not too_big.memory["fits"]  # not bounded by gpu_memory_utilization, still by the GPU
+    assert not too_big.memory.fits  # not bounded by gpu_memory_utilization, still by the GPU
 
 
 def test_a_colocated_engine_that_cannot_start_is_refused_with_the_util_that_starts():
     """TRL starts the colocated engine after loading the policy: vLLM needs util x capacity free then."""
     overrides = ("model=qwen1.5b", "topology=1x8", "topology.gpu_memory_gib=16", "vllm=colocate", "peft=lora")
     p = planned(*overrides, "vllm.gpu_memory_utilization=0.9")
-    notes = " ".join(p.memory["errors"])
-    assert not p.memory["fits"] and "vLLM cannot start" in notes and "gpu_memory_utilization <= 0.65 starts" in notes
+    notes = " ".join(p.memory.errors)
+    assert not p.memory.fits and "vLLM cannot start" in notes and "gpu_memory_utilization <= 0.65 starts" in notes
     resident = memory.resident_at_engine_start(p.inputs, memory.estimate_train(p.inputs)) / GIB
     assert f"holds {resident:.2f} GiB" in notes and 0.65 < 1 - resident / 16 < 0.67  # one point of margin
     best = fixes.suggest(p.inputs)[0]
     assert best["key"] == "vllm.gpu_memory_utilization" and best["fits"] and best["value"] <= 0.75
-    assert planned(*overrides, f"vllm.gpu_memory_utilization={best['value']}").memory["fits"]
+    assert planned(*overrides, f"vllm.gpu_memory_utilization={best['value']}").memory.fits
 
 
 def test_sleep_mode_keeps_graphs_and_non_torch_and_the_plan_says_when_it_is_not_needed():
     awake = planned("model=qwen1.5b", "topology=1x8", "vllm=colocate")
     asleep = planned("model=qwen1.5b", "topology=1x8", "vllm=colocate", "vllm.enable_sleep_mode=true")
     engine = vllm_engine.estimate(asleep.inputs, server=False)
-    saved = awake.memory["train"]["phases_gib"]["train"] - asleep.memory["train"]["phases_gib"]["train"]
+    saved = awake.memory.train["phases_gib"]["train"] - asleep.memory.train["phases_gib"]["train"]
     residual = vllm_engine.residual_asleep(engine) / GIB
     assert saved == pytest.approx(engine.peak / GIB - residual, rel=0.01)
     assert residual == pytest.approx((engine.components["cuda_graphs"] + engine.components["non_torch"]) / GIB)
-    assert any("fits without vllm.enable_sleep_mode" in n for n in asleep.memory["notes"])
-    assert not any("fits without vllm.enable_sleep_mode" in n for n in awake.memory["notes"])
+    assert any("fits without vllm.enable_sleep_mode" in n for n in asleep.memory.notes)
+    assert not any("fits without vllm.enable_sleep_mode" in n for n in awake.memory.notes)
 
 
 def test_server_weight_sync_buffers_on_both_ends():
     p = planned("model=qwen7b", "topology=1x8", "vllm=server")
-    assert p.memory["train"]["components_gib"]["weight_sync_buffers"] == 2.0
-    assert "weight_sync" in p.memory["train"]["phases_gib"]
-    assert p.memory["vllm"]["components_gib"]["weight_sync_buffers"] == 2.0
-    engine = p.memory["vllm_engine"]
+    assert p.memory.train["components_gib"]["weight_sync_buffers"] == 2.0
+    assert "weight_sync" in p.memory.train["phases_gib"]
+    assert p.memory.vllm["components_gib"]["weight_sync_buffers"] == 2.0
+    engine = p.memory.vllm_engine
     assert engine["kv_tokens"] > 0 and engine["max_num_seqs"] == 1024 and engine["graphs_inside_budget"]
-    assert any("maximum concurrency" in n for n in p.memory["vllm"]["notes"])
+    assert any("maximum concurrency" in n for n in p.memory.vllm["notes"])
 
 
 def test_server_flags_are_refused_where_there_is_no_server():

@@ -17,7 +17,7 @@ GIB = 2**30
 
 
 def plan(*overrides: str) -> dict:
-    return planned("model.dtype=bfloat16", *overrides).memory["train"]
+    return planned("model.dtype=bfloat16", *overrides).memory.train
 
 
 def _with_and_without_copy(x, monkeypatch):

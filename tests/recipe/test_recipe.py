@@ -163,7 +163,7 @@ def test_open_r1_recipe_with_zero3_accelerate_plans_with_the_same_meaning(import
         "format",
         "tag_count",
     }
-    assert cfg.model.hidden_size == 1536 and memory["fits"]  # model=auto read the local config.json
+    assert cfg.model.hidden_size == 1536 and memory.fits  # model=auto read the local config.json
     text = (CONF / "experiment" / f"{name}.yaml").read_text()
     assert (
         "activation_checkpointing: true  # gradient_checkpointing" in text
@@ -171,7 +171,7 @@ def test_open_r1_recipe_with_zero3_accelerate_plans_with_the_same_meaning(import
     )
     # the same run with checkpointing off plans far more activation memory: the recipe's value was not dropped
     _, without = plan_of(name, "topology.gpu_memory_gib=80", "trainer.activation_checkpointing=false")
-    assert without["train"]["components_gib"]["activations"] > 5 * memory["train"]["components_gib"]["activations"]
+    assert without.train["components_gib"]["activations"] > 5 * memory.train["components_gib"]["activations"]
 
 
 def test_trl_docs_recipe_with_a_shipped_model_lora_and_trl_rewards(importer):
@@ -293,7 +293,7 @@ def test_a_deepspeed_json_becomes_the_deepspeed_group(importer):
     cfg, memory = plan_of(name, "topology=1x8")
     assert cfg.deepspeed.zero_optimization.stage == 2 and cfg.deepspeed.zero_optimization.overlap_comm is True
     # overlap: two buckets
-    assert memory["train"]["components_gib"]["deepspeed_buffers"] == pytest.approx(2 * 5e8 * 2 / 2**30)
+    assert memory.train["components_gib"]["deepspeed_buffers"] == pytest.approx(2 * 5e8 * 2 / 2**30)
 
 
 def test_the_shipped_experiment_is_its_recipe_imported(tmp_path):
@@ -312,7 +312,7 @@ def test_the_shipped_experiment_is_its_recipe_imported(tmp_path):
     )
     assert out.read_text() == (CONF / "experiment" / "open_r1_demo.yaml").read_text()
     cfg, memory = plan_of("open_r1_demo")
-    assert cfg.model.name == "qwen7b" and cfg.deepspeed.zero_optimization.stage == 2 and memory["fits"]
+    assert cfg.model.name == "qwen7b" and cfg.deepspeed.zero_optimization.stage == 2 and memory.fits
 
 
 def test_a_recipe_that_cannot_be_read_is_refused(tmp_path, capsys):
@@ -467,7 +467,7 @@ def test_lora_on_embeddings_is_peft_lora_and_planned(importer, tmp_path):
     assert code == 0
     _, without = plan_of(name, f"model.name_or_path={model}", "model=auto", "peft.target_modules=[q_proj,v_proj]")
     cfg, with_embed = plan_of(name, f"model.name_or_path={model}", "model=auto")
-    extra = with_embed["train"]["components_gib"]["weights"] - without["train"]["components_gib"]["weights"]
+    extra = with_embed.train["components_gib"]["weights"] - without.train["components_gib"]["weights"]
     assert extra * 2**30 == pytest.approx(16 * (151936 + 896) * 4)  # fp32 adapter weights
     assert list(cfg.peft.target_modules) == ["q_proj", "v_proj", "embed_tokens"]
 

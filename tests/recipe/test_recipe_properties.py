@@ -239,7 +239,7 @@ def test_a_recipe_trl_accepts_imports_and_plans_without_a_problem(tmp_path_facto
     plan, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=0)
     assert problems == [], "\n".join(map(str, problems)) + "\n" + json.dumps(fields) + json.dumps(accelerate)
     assert plan.world_size == accelerate["num_processes"]
-    assert planner.preflight(cfg, plan)["train"]["peak_gib"] > 0
+    assert planner.preflight(cfg, plan).train["peak_gib"] > 0
 
 
 # The recipes people write beyond TRL's own fields (issue: imports that must always plan): rewards without a home

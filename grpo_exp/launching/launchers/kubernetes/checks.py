@@ -20,6 +20,7 @@ from grpo_exp.core import rundir
 from grpo_exp.launching.launchers.kubernetes.manifests import MANIFESTS, NAME_MAX, TRAINER_NODE, build, kind
 from grpo_exp.launching.launchers.kubernetes.yaml_text import dump
 from grpo_exp.planning.placement import Plan
+from grpo_exp.planning.planner import MemoryPlan
 
 DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # RFC 1035
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")  # and at most 63 characters
@@ -147,7 +148,7 @@ _DISCOVERY = {
 _OFFLINE_SERVER = "kube.invalid:443"  # never resolved: kubectl answers from the cache
 
 
-def built(cfg: DictConfig, plan: Plan, memory: dict) -> tuple[list[dict], list[Problem]]:
+def built(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> tuple[list[dict], list[Problem]]:
     """The run's objects (kubernetes.py's build) and everything found wrong with them; no objects where a model refused
     a value (pydantic's ValidationError is a ValueError)."""
     try:

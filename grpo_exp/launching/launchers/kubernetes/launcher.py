@@ -10,6 +10,7 @@ from grpo_exp import Problem
 from grpo_exp.launching import preflight
 from grpo_exp.launching.launchers.kubernetes import checks, cluster, manifests
 from grpo_exp.planning.placement import NodePlan, Plan
+from grpo_exp.planning.planner import MemoryPlan
 
 PICKS_PORTS_HERE = False  # a pod is a host of its own: this machine's free ports say nothing about it
 
@@ -23,10 +24,10 @@ def check(cfg: DictConfig, plan: Plan, gpus: int, batch_known: bool) -> list[Pro
     return problems + (cluster.check_cluster(cfg) if cfg.action == "run" else [])
 
 
-def build(cfg: DictConfig, plan: Plan, memory: dict) -> tuple[list, list[Problem]]:
+def build(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> tuple[list, list[Problem]]:
     objects, problems = checks.built(cfg, plan, memory)
     if not problems:
-        memory["notes"] += manifests.notes(cfg)
+        memory.notes += manifests.notes(cfg)
     return objects, problems
 
 

@@ -33,6 +33,7 @@ from grpo_exp.core import rundir
 from grpo_exp.launching.launchers.kubernetes import yaml_text
 from grpo_exp.planning import host_memory
 from grpo_exp.planning.placement import Plan
+from grpo_exp.planning.planner import MemoryPlan
 
 MANIFESTS = "kubernetes.yaml"  # in the run dir, beside plan.json: every object, in the order kubectl applies them
 TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
@@ -111,7 +112,7 @@ def run_dir_in_pods(cfg: DictConfig) -> str:
     return f"{k.mount_path.rstrip('/')}/{k.job_name}"
 
 
-def build(cfg: DictConfig, plan: Plan, memory: dict) -> list[dict]:
+def build(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> list[dict]:
     """The run's objects: the ConfigMap, then the TrainJob or JobSet, each passed through its model (a value of
     the wrong type, or a key the model does not keep, is a ValueError; checks.validate checks the rest)."""
     workload = _trainjob(cfg, plan, memory) if kind(cfg) == "TrainJob" else _jobset(cfg, plan, memory)
@@ -205,16 +206,16 @@ def _resources(cfg: DictConfig, gpus: int, processes: int, memory_gib: float) ->
     return {"requests": requests, "limits": limits}
 
 
-def _host(memory: dict, node_rank: int) -> dict:
+def _host(memory: MemoryPlan, node_rank: int) -> dict:
     """Node `node_rank`'s host RAM plan (host_memory.py; plan.json's `host` has one entry per kind of node)."""
-    return next(entry for entry in memory["host"] if node_rank in entry["nodes"])
+    return next(entry for entry in memory.host if node_rank in entry["nodes"])
 
 
-def _host_gib(memory: dict, node_rank: int) -> float:
+def _host_gib(memory: MemoryPlan, node_rank: int) -> float:
     return _host(memory, node_rank)["peak_gib"]
 
 
-def server_gib(plan: Plan, memory: dict, node_rank: int) -> float:
+def server_gib(plan: Plan, memory: MemoryPlan, node_rank: int) -> float:
     """The host RAM of the vLLM server's pod: all of a serving node's plan; on node 0 beside training, the server's
     share of it (its processes' runtime on GPUs, its engine on CPU)."""
     node = plan.nodes[node_rank]
@@ -226,7 +227,7 @@ def server_gib(plan: Plan, memory: dict, node_rank: int) -> float:
     return (host_memory.HOST_RUNTIME_VLLM_SERVER + gpus * host_memory.HOST_RUNTIME_VLLM_WORKER) / GIB
 
 
-def _trainjob(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
+def _trainjob(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> dict:
     from kubeflow_trainer_api.models import TrainerV1alpha1TrainJob
 
     k = cfg.launcher.kubernetes
@@ -275,7 +276,7 @@ def trainjob_command(argv: list[str]) -> list[str]:
     return [argv[0], "-m", "torch.distributed.run", *argv[1:]]
 
 
-def _jobset(cfg: DictConfig, plan: Plan, memory: dict) -> dict:
+def _jobset(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> dict:
     from kubeflow_trainer_api.models import JobsetV1alpha2JobSet
 
     k = cfg.launcher.kubernetes
@@ -342,7 +343,7 @@ def _container(cfg: DictConfig, name: str, argv: list[str], env: list[dict], res
     }
 
 
-def _training_pod(cfg: DictConfig, plan: Plan, memory: dict, node) -> dict:
+def _training_pod(cfg: DictConfig, plan: Plan, memory: MemoryPlan, node) -> dict:
     host = _host_gib(memory, node.node_rank)
     if node.vllm_gpus or (plan.device == "cpu" and "vllm" in node.commands):
         host -= server_gib(plan, memory, node.node_rank)
@@ -372,7 +373,7 @@ def grace_s(cfg: DictConfig) -> int:
     return math.ceil(max(cfg.preemption.grace_s, 30)) + 30
 
 
-def _server_pod(cfg: DictConfig, plan: Plan, memory: dict, node_rank: int) -> dict:
+def _server_pod(cfg: DictConfig, plan: Plan, memory: MemoryPlan, node_rank: int) -> dict:
     node = plan.nodes[node_rank]
     gpus = len(node.vllm_gpus)
     container = _container(

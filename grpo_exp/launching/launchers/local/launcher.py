@@ -8,6 +8,7 @@ from omegaconf import DictConfig
 from grpo_exp import Problem
 from grpo_exp.launching import launch, preflight, reachability
 from grpo_exp.planning.placement import NodePlan, Plan
+from grpo_exp.planning.planner import MemoryPlan
 
 PICKS_PORTS_HERE = True  # a one-node run's `auto` ports: free ones of this machine, where it runs
 
@@ -44,7 +45,7 @@ def _serving_node_named(cfg: DictConfig) -> list[Problem]:
     return [Problem("vllm.server_host", why, fix)]
 
 
-def build(cfg: DictConfig, plan: Plan, memory: dict) -> tuple[None, list[Problem]]:
+def build(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> tuple[None, list[Problem]]:
     return None, []
 
 
