@@ -198,10 +198,13 @@ def planned_prompt(cfg: DictConfig, device: str) -> int:
     (prompt_tokens.py), never more than data.max_prompt_length; unbounded and uncounted, 512 (a note says so).
     CPU ranks keep the bound: their plans (RSS, and address space under memory.limit_gib, which keeps what glibc
     freed) were fitted with its margin. A vision-language model's images add their tokens (vision.py)."""
+    return _text_prompt(cfg, device) + image_tokens(cfg, _vision(cfg))
+
+
+def _text_prompt(cfg: DictConfig, device: str) -> int:
     bound = cfg.data.max_prompt_length or 512
     counted = prompt_tokens.longest_prompt(cfg) if device == "cuda" else None
-    text = bound if counted is None else min(bound, counted)
-    return text + image_tokens(cfg)
+    return bound if counted is None else min(bound, counted)
 
 
 def _vision(cfg: DictConfig):
@@ -210,15 +213,15 @@ def _vision(cfg: DictConfig):
     return SimpleNamespace(**OmegaConf.to_container(v, resolve=True)) if v is not None else None
 
 
-def image_tokens(cfg: DictConfig) -> int:
-    """Tokens a prompt's images add to the language model's sequence."""
-    v = _vision(cfg)
+def image_tokens(cfg: DictConfig, v) -> int:
+    """Tokens a prompt's images add to the language model's sequence (`v`: _vision(cfg))."""
     return cfg.data.images_per_prompt * vision.image_tokens(v, cfg.data.image_size) if v is not None else 0
 
 
 def inputs(cfg: DictConfig, plan) -> Inputs:
     m, t = cfg.model, cfg.trainer
     capacity = capacity_bytes(cfg, plan)
+    v = _vision(cfg)  # a vision-language model's tower, read once
     return Inputs(
         params=m.num_parameters,
         hidden=m.hidden_size,
@@ -236,7 +239,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         steps_per_generation=t.steps_per_generation or t.gradient_accumulation_steps,
         gradient_accumulation=t.gradient_accumulation_steps,
         completion=t.max_completion_length,
-        prompt=planned_prompt(cfg, plan.device),
+        prompt=_text_prompt(cfg, plan.device) + image_tokens(cfg, v),
         checkpointing=activation_checkpointing(t),
         ref_model=t.beta > 0 and not cfg.peft.enabled,
         scores=_scores(cfg),
@@ -255,10 +258,8 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         vllm_max_len=cfg.vllm.max_model_length or m.max_position_embeddings,
         vllm_sleep=cfg.vllm.enable_sleep_mode,
         weight_sync=placement.weight_sync(cfg.vllm, plan.device),
-        vision=_vision(cfg),
-        vision_patches=cfg.data.images_per_prompt * vision.image_patches(_vision(cfg), cfg.data.image_size)
-        if cfg.model.get("vision") is not None
-        else 0,
+        vision=v,
+        vision_patches=cfg.data.images_per_prompt * vision.image_patches(v, cfg.data.image_size) if v else 0,
         **_families(cfg.model),
         **_deepspeed(cfg),
         **_fsdp(cfg, plan),

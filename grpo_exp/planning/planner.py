@@ -274,8 +274,9 @@ def _vision_note(cfg: DictConfig, x: Inputs) -> str:
     if not cfg.data.images_per_prompt:
         return note + "; data.images_per_prompt=0: prompts planned without images (set it and data.image_size)"
     size = cfg.data.image_size or "the processor's max_pixels"
+    tokens = image_tokens(cfg, x.vision)
     return (
-        f"{note}; {cfg.data.images_per_prompt} image(s) of {size} per prompt: {image_tokens(cfg)} prompt tokens and "
+        f"{note}; {cfg.data.images_per_prompt} image(s) of {size} per prompt: {tokens} prompt tokens and "
         f"{x.vision_patches} patches per completion, repeated for every generation"
     )
 

@@ -11,18 +11,30 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import data as loaders
 from grpo_exp import is_local_path
 from grpo_exp.config import env
 from grpo_exp.core import tiny_tokenizer
 
+# {the model, the data and the seed, as JSON: what the count depends on} -> the count. A plan reads it from its
+# inputs, its headline and (preflight.on_oom=fit) each plan it tries: the data is read and tokenized once.
+_COUNTED: dict[str, int | None] = {}
+
 
 def longest_prompt(cfg: DictConfig) -> int | None:
     """Tokens of the longest prompt (chat template and generation prompt included), or None where not counted."""
     if env.active(cfg):  # tools add their schemas to the template: not counted
         return None
+    what = [OmegaConf.to_container(node, resolve=True) for node in (cfg.model, cfg.data)]
+    key = json.dumps([*what, cfg.seed], sort_keys=True, default=str)
+    if key not in _COUNTED:
+        _COUNTED[key] = _count(cfg)
+    return _COUNTED[key]
+
+
+def _count(cfg: DictConfig) -> int | None:
     found = _tokenizer(cfg.model)
     prompts = loaders.prompts(cfg.data, cfg.seed) if found is not None and cfg.data.conversational else None
     if not prompts:

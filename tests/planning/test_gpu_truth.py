@@ -8,6 +8,7 @@ import sys
 import types
 
 import pytest
+from omegaconf import OmegaConf
 
 from grpo_exp.core import gpus, metrics, rundir
 from grpo_exp.results import report
@@ -173,3 +174,28 @@ def test_a_cuda_oom_is_classified_with_the_allocators_numbers():
     except torch.OutOfMemoryError as exc:
         ended = outcome.classify(exc, 0, None)
     assert ended["status"] == "oom" and ended["oom"]["kind"] == "cuda"
+
+
+def test_a_plan_counts_the_datas_prompts_once(tmp_path, monkeypatch):
+    """The inputs, the headline and preflight.on_oom=fit's every try read the longest prompt: the data is read and
+    tokenized once (a user's loader, a large file: each count is the whole data)."""
+    from grpo_exp.planning import prompt_tokens
+
+    counted = []
+    count = prompt_tokens._count
+    monkeypatch.setattr(prompt_tokens, "_COUNTED", {})
+    monkeypatch.setattr(prompt_tokens, "_count", lambda cfg: counted.append(1) or count(cfg))
+    overrides = ["model=qwen0.5b", "model.name_or_path=null", "topology=1x1", "topology.gpu_memory_gib=12"]
+    ended = run_job(
+        *overrides,
+        "trainer.per_device_train_batch_size=512",
+        "trainer.num_generations=8",
+        "preflight.on_oom=fit",
+        "action=plan",
+        "data.num_samples=512",
+        run_dir=tmp_path / "run",
+    )
+    assert ended.code == 0 and ended.memory.fits
+    assert OmegaConf.load(tmp_path / "run" / "config.yaml").preflight.fitted  # fit tried other shapes: it re-planned
+    assert any("prompts planned at" in n for n in ended.memory.notes)
+    assert counted == [1]
