@@ -107,15 +107,16 @@ def _task(unknown: list[Problem], ran: list, whole: list[tuple[str, dict]]):
         overrides.set_whole(cfg, whole)
         hydra_cfg = HydraConfig.get()
         sweeping = hydra_cfg.mode == RunMode.MULTIRUN
+        experiment = _option_file(hydra_cfg, "experiment", hydra_cfg.runtime.choices.get("experiment"))  # read once
         spec = job.Job(
             cfg,
             Path(hydra_cfg.runtime.output_dir) / rundir.node_subdir(cfg.topology.node_rank),
             sweeping=sweeping,
-            explicit=explicit_keys(hydra_cfg) | {key for key, _ in whole},
+            explicit=explicit_keys(hydra_cfg, experiment) | {key for key, _ in whole},
             unknown=unknown,
             overrides=task_overrides(hydra_cfg),
             independent_trials=_trials_independent(hydra_cfg),
-            notes=held_options(cfg, hydra_cfg),
+            notes=held_options(cfg, hydra_cfg, experiment),
         )
         ended = job.run(spec)
         ran.append(ended)
@@ -148,17 +149,16 @@ def task_overrides(hydra_cfg) -> list[str]:
     return OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
 
 
-def explicit_keys(hydra_cfg) -> set[str]:
-    """The keys this job's user set: on the command line, and in the experiment file it selected."""
+def explicit_keys(hydra_cfg, experiment: dict) -> set[str]:
+    """The keys this job's user set: on the command line, and in the experiment file it selected (its content)."""
     found = set(overrides.values(task_overrides(hydra_cfg)))
-    experiment = _option_file(hydra_cfg, "experiment", hydra_cfg.runtime.choices.get("experiment"))
     return found | {k for k in overrides.flat(experiment) if not k.startswith(("defaults", "hydra"))}
 
 
-def held_options(cfg: DictConfig, hydra_cfg) -> list[str]:
-    """The command line over the experiment it selected (overrides.hold_command_line): a group option chosen again
-    keeps its values, every key given keeps the command line's; the note names what the experiment lost."""
-    experiment = _option_file(hydra_cfg, "experiment", hydra_cfg.runtime.choices.get("experiment"))
+def held_options(cfg: DictConfig, hydra_cfg, experiment: dict) -> list[str]:
+    """The command line over the experiment it selected (overrides.hold_command_line; `experiment`: its content): a
+    group option chosen again keeps its values, every key given keeps the command line's; the note names what the
+    experiment lost."""
     if not experiment:
         return []
     given = task_overrides(hydra_cfg)
@@ -178,8 +178,9 @@ def _option_file(hydra_cfg, group: str, option: str | None) -> dict:
     for source in sources:
         path = source / group / f"{option}.yaml"
         if option and path.is_file():
-            content = OmegaConf.to_container(OmegaConf.load(path)) or {}
-            if "@package _global_" in path.read_text().split("\n", 1)[0]:
+            text = path.read_text()
+            content = OmegaConf.to_container(OmegaConf.create(text)) or {}
+            if "@package _global_" in text.split("\n", 1)[0]:
                 content["_global_package"] = True
             return content
     return {}

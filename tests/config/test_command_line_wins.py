@@ -13,7 +13,7 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf
 
 from grpo_exp import recipe
-from grpo_exp.__main__ import deepspeed_override, held_options
+from grpo_exp.__main__ import _option_file, deepspeed_override, held_options
 from grpo_exp.config import overrides
 from tests.helpers import CONF, REPO
 
@@ -79,7 +79,8 @@ def composed_as_the_cli(*items: str, conf_dir: Path | None = None):
     cfg = compose("config", overrides=[*items, *search], return_hydra_config=True)
     hydra_cfg = cfg.hydra
     OmegaConf.set_struct(cfg, False)
-    notes = held_options(cfg, hydra_cfg)
+    experiment = _option_file(hydra_cfg, "experiment", hydra_cfg.runtime.choices.get("experiment"))
+    notes = held_options(cfg, hydra_cfg, experiment)
     return cfg, notes
 
 
