@@ -82,3 +82,21 @@ def test_slurm_launcher_through_submitits_local_executor(cli):
     assert [m["step"] for m in rundir.read_metrics(run_dir)] == [1, 2]
     assert (run_dir / "train.node1.log").exists()  # node 1's task ran its share
     assert list(Path(run_dir, "slurm").glob("*_result.pkl"))
+
+
+@pytest.mark.parametrize("status,shown", [("failed", "RUNNING"), ("preempted", "CANCELLED"), ("preempted", "RUNNING")])
+def test_node_0_asks_slurm_once_how_a_job_that_did_not_complete_stands(status, shown, monkeypatch, tmp_path):
+    """Whether SLURM requeued the job itself, and whether it is ending it, come from one `scontrol show job`; a
+    preempted run SLURM still runs is requeued by node 0 (scontrol requeue), one SLURM is ending is not."""
+    from grpo_exp.launching.launchers.slurm import states, task
+
+    asked, requeued = [], []
+    monkeypatch.setattr(states, "ask", lambda *argv: asked.append(argv) or f"JobId=7 JobState={shown} Restarts=0")
+    monkeypatch.setattr(task.subprocess, "run", lambda argv, **kw: requeued.append(argv))
+    cfg = compose_cfg("launcher=slurm")
+    try:
+        task._not_completed(cfg, "7", tmp_path, 0, {"status": status, "global_step": 3})
+    except SystemExit as exc:
+        assert exc.code == 75  # requeued: the next attempt gives the result
+    assert asked == [("scontrol", "show", "job", "-o", "7")]
+    assert requeued == ([["scontrol", "requeue", "7"]] if (status, shown) == ("preempted", "RUNNING") else [])

@@ -76,8 +76,8 @@ def job_state(job_id: str) -> JobState | None:
     return JobState(GONE)
 
 
-def ending(job_id: str) -> str | None:
+def ending(state: JobState | None) -> str | None:
     """SLURM's state for a job it is ending (scancel, a preemption: COMPLETING, CANCELLED, ...), or None while
-    it still runs it: a time-limit warning (SIGUSR2) or a signal alone (`scancel --signal`) leaves it RUNNING."""
-    state = job_state(job_id)
+    it still runs it (`state`: job_state's): a time-limit warning (SIGUSR2) or a signal alone (`scancel --signal`)
+    leaves it RUNNING."""
     return None if state is None or state.state in ("RUNNING", "SUSPENDED") else state.state

@@ -73,9 +73,7 @@ class NodeTask:
             return code
         summary = outcome.conclude(run_dir, code, time.time() - started)
         if summary["status"] != Status.COMPLETED and "SLURM_JOB_ID" in os.environ:
-            _requeued_by_slurm(env.job_id, restarts, summary)
-        if summary["status"] == Status.PREEMPTED and "SLURM_JOB_ID" in os.environ:
-            _requeue(cfg, env.job_id, run_dir, restarts, summary.get("global_step"))
+            _not_completed(cfg, env.job_id, run_dir, restarts, summary)
         return summary["exit_code"]
 
 
@@ -91,11 +89,19 @@ def _run_node(cfg, run_dir: Path, node, log_path: Path) -> int:
         return outcome.EXIT_HANG_PREVENTED
 
 
-def _requeued_by_slurm(job_id: str, restarts: int, summary: dict) -> None:
+def _not_completed(cfg, job_id: str, run_dir: Path, restarts: int, summary: dict) -> None:
+    """Node 0 of a job whose run did not complete: SLURM is asked once whether it requeued the job itself (then the
+    next attempt gives the result) or is ending it; a preempted run is requeued by node 0 unless SLURM is ending it."""
+    state = states.job_state(job_id)
+    _requeued_by_slurm(job_id, state, restarts, summary)
+    if summary["status"] == Status.PREEMPTED:
+        _requeue(cfg, job_id, state, run_dir, restarts, summary.get("global_step"))
+
+
+def _requeued_by_slurm(job_id: str, state: states.JobState | None, restarts: int, summary: dict) -> None:
     """SLURM requeued the job itself (one of its nodes failed or was taken down; JobRequeue): whatever this attempt
     ended as (preempted where the ranks were stopped, failed where a peer's processes were killed first), the next
     attempt resumes from the last checkpoint, and the driver waits for it: no result from this one."""
-    state = states.job_state(job_id)
     if state is not None and state.restarts is not None and state.restarts > restarts:
         log.warning(
             "%s at step %s: SLURM requeued job %s (attempt %d); it resumes from its last checkpoint",
@@ -104,10 +110,10 @@ def _requeued_by_slurm(job_id: str, restarts: int, summary: dict) -> None:
         raise SystemExit(outcome.EXIT_PREEMPTED)
 
 
-def _requeue(cfg, job_id: str, run_dir: Path, restarts: int, step) -> None:
+def _requeue(cfg, job_id: str, state: states.JobState | None, run_dir: Path, restarts: int, step) -> None:
     """Node 0 of a preempted job: requeue it (the ranks resume from their checkpoint), unless SLURM itself is ending
     it (scancel, SLURM's own preemption: a requeue would undo it) or the requeues are used up."""
-    ending = states.ending(job_id)
+    ending = states.ending(state)
     if ending:
         log.warning(
             "preempted at step %s while SLURM ends job %s (%s): not requeued; python -m grpo_exp resume=%s continues",
