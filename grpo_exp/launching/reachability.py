@@ -38,9 +38,19 @@ def check(cfg: DictConfig, node_rank: int, serving_node: int | None) -> list[Pro
     return problems
 
 
+def resolve(host: str) -> list[str]:
+    """`host`'s addresses (IPv4 and IPv6), sorted: the one place this module asks the resolver (socket.gaierror
+    where it cannot)."""
+    return sorted({info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
+
+
+def _stream_socket(address: str) -> socket.socket:
+    return socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET, socket.SOCK_STREAM)
+
+
 def _addresses(key: str, host: str, here: str) -> tuple[list[str], list[Problem]]:
     try:
-        return sorted({info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}), []
+        return resolve(host), []
     except socket.gaierror as exc:
         return [], [
             Problem(
@@ -55,8 +65,7 @@ def _own_address(key: str, host: str, here: str) -> list[Problem]:
     """Node 0 listens at `host`: it must be an address of this machine."""
     addresses, problems = _addresses(key, host, here)
     for address in addresses:
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
+        with _stream_socket(address) as probe:
             try:
                 probe.bind((address, 0))
                 return []
@@ -97,8 +106,7 @@ def _reach(key: str, host: str, port: int, here: str, what: str) -> list[Problem
 
 def _connect(address: str, port: int) -> str | None:
     """None where the host answers (a connection, or refused: nothing listens yet); else why not."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
+    with _stream_socket(address) as probe:
         probe.settimeout(CONNECT_TIMEOUT_S)
         try:
             probe.connect((address, port))
@@ -116,8 +124,7 @@ def _connect(address: str, port: int) -> str | None:
 def _own() -> str:
     """This machine's non-loopback addresses, as a hint."""
     try:
-        mine = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)}
+        mine = [a for a in resolve(socket.gethostname()) if not a.startswith(("127.", "::1"))]
     except socket.gaierror:
         return "see `ip addr`"
-    mine = sorted(a for a in mine if not a.startswith(("127.", "::1")))
     return ", ".join(mine) if mine else "see `ip addr`"
