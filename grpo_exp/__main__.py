@@ -45,7 +45,7 @@ COMMANDS = {
     "dashboard": "grpo_exp.results.dashboard",  # W&B workspace views and reports
     "recipe": "grpo_exp.recipe",  # a TRL / open-r1 recipe as an experiment: ./conf/experiment/<name>.yaml
     "model-info": "grpo_exp.models.model_option",  # a model's numbers as an option: ./conf/model/<name>.yaml
-    "calibrate": "grpo_exp.planning.calibrate",  # the planner's correction factors from measured runs
+    "calibrate": "grpo_exp.results.calibrate",  # the planner's correction factors from measured runs
 }
 
 

@@ -147,14 +147,46 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placemen
     (config/checks.py), then what needs the plan (planning/checks.py), then this machine
     (launching/preflight.py: all of it for action=run, the data files it can see for action=plan). A stage
     runs when the keys it reads passed the stages before; every problem found is reported together."""
-    problems = config_checks.check(cfg)
-    bad = {p.key for p in problems}
-    if bad & (config_checks.PLAN_INPUTS | plan_checks.BATCH_INPUTS):
-        return None, problems  # a plan for 0 processes (or 10^30 nodes) says nothing useful
-    plan = placement.make_plan(cfg, str(run_dir / rundir.CONFIG), detected_gpus=gpus, cards=cards)
-    problems += plan_checks.check(cfg, plan)
-    problems += launchers.of(cfg).check(cfg, plan, gpus, batch_known="data.num_samples" not in bad)
+    plan, problems = _placed(cfg, run_dir / rundir.CONFIG, gpus, cards)
+    if plan is not None:
+        batch_known = "data.num_samples" not in {p.key for p in problems}
+        problems += launchers.of(cfg).check(cfg, plan, gpus, batch_known=batch_known)
     return plan, problems
+
+
+def _placed(cfg: DictConfig, config_path: Path, gpus: int, cards=()) -> tuple[placement.Plan | None, list[Problem]]:
+    """The launch plan of a finalized `cfg` and the problems the config and the plan have (stages 1 and 2)."""
+    problems = config_checks.check(cfg)
+    if {p.key for p in problems} & (config_checks.PLAN_INPUTS | plan_checks.BATCH_INPUTS):
+        return None, problems  # a plan for 0 processes (or 10^30 nodes) says nothing useful
+    plan = placement.make_plan(cfg, str(config_path), detected_gpus=gpus, cards=cards)
+    return plan, problems + plan_checks.check(cfg, plan)
+
+
+def verdict(
+    cfg: DictConfig,
+    gpus: int,
+    explicit: set[str] = frozenset(),
+    config_path: Path = Path(rundir.CONFIG),
+    frozen: bool = False,
+) -> tuple[placement.Plan | None, planner.MemoryPlan | None, list[Problem]]:
+    """The driver's plan of `cfg` and its memory verdict, launching and writing nothing: finalized as a run is
+    (aliases, coerced values, model=auto's numbers, the launcher's own), checked (config and plan), then the memory
+    plan (preflight.on_oom=fit included). The frontier sweeper plans each trial here and `grpo-exp calibrate` each
+    measured run, so what they call fitting is what the driver calls fitting. `explicit`: the keys the user set.
+    `frozen`: a run's config.yaml, finalized and checked when it ran (by the grpo_exp of its day, whose keys may
+    differ): planned as it is, the memory plan the driver made before deciding to run it.
+    (plan, memory plan, problems); no memory plan with problems."""
+    if frozen:
+        plan = placement.make_plan(cfg, str(config_path), detected_gpus=gpus)
+        return plan, planner.preflight(cfg, plan), []
+    problems = finalize(cfg, set(explicit), None)
+    if problems:
+        return None, None, problems
+    plan, problems = _placed(cfg, config_path, gpus)
+    if plan is None or problems:
+        return plan, None, problems
+    return plan, _memory_plan(cfg, plan), []
 
 
 def reused_run_dir(run_dir: Path) -> Problem | None:

@@ -1,6 +1,6 @@
 """The calibration file: correction factors for the planner, fitted from measured runs, and the fit.
 
-A file written by `grpo-exp calibrate` (planning/calibrate.py) holds
+A file written by `grpo-exp calibrate` (results/calibrate.py) holds
 `{"factors": {"states", "activations", "logits"[, "vllm_overhead"]}, "device", "stat", "runs": [...]}`; with
 `preflight.calibration=<file>` the planner multiplies each group of its components (GROUPS) by its factor
 on plans for the same kind of device (a CPU calibration says nothing about a GPU).

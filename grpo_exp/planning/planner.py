@@ -15,21 +15,11 @@ from omegaconf import DictConfig
 from grpo_exp import GIB
 from grpo_exp import data as loaders
 from grpo_exp.config import env
-from grpo_exp.models import model_info
 from grpo_exp.planning import host_memory, placement, vllm_engine
 from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
 from grpo_exp.planning.inputs import Inputs, host_capacity_bytes, image_tokens, inputs
 from grpo_exp.planning.memory import estimate, sync_copy_bytes
-
-
-def plan_and_estimate(cfg: DictConfig, gpus: int, config_path: str = "config.yaml"):
-    """(launch plan, memory estimate) of `cfg` as the driver makes them, for a config that passed its
-    checks elsewhere (a sweeper's trial, a measured run): model=auto's numbers read first."""
-
-    model_info.complete(cfg.model)
-    plan = placement.make_plan(cfg, config_path, detected_gpus=gpus)
-    return plan, preflight(cfg, plan)
 
 
 @dataclass

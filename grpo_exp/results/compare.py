@@ -19,7 +19,8 @@ from grpo_exp.config.overrides import values
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.records import Status
 from grpo_exp.core.runs import Run
-from grpo_exp.planning import calibrate, calibration
+from grpo_exp.planning import calibration
+from grpo_exp.results import calibrate
 from grpo_exp.results import html_report as page
 from grpo_exp.results import report as run_report
 

@@ -22,12 +22,12 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
 from hydra.plugins.sweeper import Sweeper
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
+from grpo_exp.config import overrides
 from grpo_exp.core import gpus, rundir
 from grpo_exp.core.records import Status
-from grpo_exp.launching import launchers
-from grpo_exp.planning import planner
+from grpo_exp.launching import job, launchers
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +73,12 @@ class FrontierSweeper(Sweeper):
             return len(self.batch_values) // 2
         best = 0
         for i, batch in enumerate(self.batch_values):
-            cfg = self.hydra_context.config_loader.load_sweep_config(
-                self.config, self._overrides(arguments, axis, batch)
-            )
-            # the driver's own verdict for this trial
-            if planner.plan_and_estimate(cfg, gpus.count())[1].fits:
+            trial = self._overrides(arguments, axis, batch)
+            cfg = self.hydra_context.config_loader.load_sweep_config(self.config, trial)
+            with open_dict(cfg):  # the config the trial's task gets: Hydra's own node left out, as Hydra does
+                del cfg["hydra"]
+            _, memory, _ = job.verdict(cfg, gpus.count(), set(overrides.values(trial)))  # the driver's own verdict
+            if memory is not None and memory.fits:
                 best = i
         return best
 

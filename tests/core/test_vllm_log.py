@@ -9,9 +9,9 @@ import yaml
 
 from grpo_exp import GIB
 from grpo_exp.core import metrics, outcome, rundir, vllm_log
-from grpo_exp.planning import calibrate, calibration, placement, vllm_engine
+from grpo_exp.planning import calibration, placement, vllm_engine
 from grpo_exp.planning import inputs as planning_inputs
-from grpo_exp.results import report
+from grpo_exp.results import calibrate, report
 from tests.helpers import FIXTURES, compose_cfg, planned
 
 V022 = next(c for c in yaml.safe_load((FIXTURES / "vllm_startup_logs.yaml").read_text()) if c["version"] == "0.22.0")

@@ -11,8 +11,7 @@ import psutil
 import pytest
 
 from grpo_exp.core import metrics, outcome, rundir
-from grpo_exp.planning import calibrate
-from grpo_exp.results import compare, wandb_file
+from grpo_exp.results import calibrate, compare, wandb_file
 from tests.helpers import driver_env, planned, report
 
 pytestmark = pytest.mark.e2e

@@ -5,9 +5,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
+from grpo_exp.config import overrides
 from grpo_exp.core import outcome, rundir
-from grpo_exp.launching import ports
+from grpo_exp.launching import job, ports
 from tests.helpers import check, compose_cfg, run_job, start_driver
 
 
@@ -81,3 +83,29 @@ def test_busy_master_port_stops_node_0_before_launch(tmp_path, held_port, capsys
     assert ended.code == 2 and "Traceback" not in err
     assert f"topology.master_port: port {held_port} is already in use" in err and "topology.master_port=" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("batch", [256, 768, 2048])
+def test_the_frontier_sweeper_and_calibrate_get_the_drivers_verdict(batch, tmp_path):
+    """job.verdict (the frontier sweeper's per-trial plan, calibrate's re-plan of a measured run) is the driver's
+    plan: finalized as a run is, so a deprecated alias counts. At batch 768 a plan that skipped finalizing
+    (the old planner.plan_and_estimate) read trainer.gradient_checkpointing=true as no checkpointing: 3.27 GiB,
+    OOM, where the driver plans 2.77 GiB and runs it."""
+    import json
+
+    given = [
+        "trainer.gradient_checkpointing=true",
+        f"trainer.per_device_train_batch_size={batch}",
+        "trainer.num_generations=8",
+        f"data.num_samples={batch}",
+        "memory.limit_gib=3",
+    ]
+    ended = run_job(*given, "action=plan", run_dir=tmp_path / "run")
+    driver = json.loads((tmp_path / "run" / "plan.json").read_text())
+    _, memory, problems = job.verdict(compose_cfg(*given), 0, set(overrides.values(given)))
+    assert ended.code == 0 and problems == []
+    assert (memory.fits, memory.train["peak_gib"]) == (driver["fits"], driver["train"]["peak_gib"])
+    assert memory.fits == (batch <= 768)
+    frozen = OmegaConf.load(tmp_path / "run" / "config.yaml")  # what calibrate plans again, once the run ran
+    _, again, _ = job.verdict(frozen, 0, config_path=tmp_path / "run" / "config.yaml", frozen=True)
+    assert (again.fits, again.train["peak_gib"]) == (driver["fits"], driver["train"]["peak_gib"])

@@ -146,7 +146,8 @@ def test_calibration_fits_the_host_runtime_of_gpu_nodes_from_their_measured_rss(
     """A GPU node's measured RSS less the planned offloaded terms, against the planned runtime: host_runtime,
     which then scales the runtime term (and nothing exact: offloaded states stay as they are)."""
     from grpo_exp.core import metrics
-    from grpo_exp.planning import calibrate, calibration, plan_file
+    from grpo_exp.planning import calibration, plan_file
+    from grpo_exp.results import calibrate
 
     found = planned("model=qwen7b", "topology=1x8", "deepspeed=zero3_offload")
     keys = plan_file.summary_keys(found.memory.to_dict())

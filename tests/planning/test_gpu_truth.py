@@ -144,7 +144,7 @@ def test_the_report_compares_like_with_like(tmp_path):
 
 
 def test_calibrate_reads_the_gpu_records(tmp_path):
-    from grpo_exp.planning import calibrate
+    from grpo_exp.results import calibrate
 
     result = calibrate.calibrate([str(H200)], tmp_path / "calibration.json")
     assert result["device"] == "cuda" and result["stat"] == "device_used_max" and len(result["runs"]) == 3

@@ -4,9 +4,9 @@
     python -m grpo_exp model=qwen7b topology=1x8 preflight.calibration=calibration.json
 
 Each run dir holds its frozen config.yaml and, in summary.json, the peak memory measured per phase
-(on a GPU the allocator's reserved peak, on CPU the host RSS). The run's config is planned again,
-without calibration, split into the groups calibration.py fits, and the file is written
-(calibration.py owns its format, the fit and how the planner applies it).
+(on a GPU the allocator's reserved peak, on CPU the host RSS). The run's config is planned again, without
+calibration and through the driver's own path (job.verdict), split into the groups calibration.py fits, and the
+file is written (calibration.py owns its format, the fit and how the planner applies it).
 """
 
 import json
@@ -15,7 +15,8 @@ from pathlib import Path
 from grpo_exp import GIB
 from grpo_exp.config.model_schema import ModelConfig
 from grpo_exp.core import metrics, rundir
-from grpo_exp.planning import inputs, memory, plan_file, planner, vllm_engine
+from grpo_exp.launching import job
+from grpo_exp.planning import inputs, memory, plan_file, vllm_engine
 from grpo_exp.planning.calibration import ENGINE, HOST, fit, fit_ratio, predict
 
 
@@ -39,7 +40,7 @@ def sample(run_dir: Path) -> dict | None:
     # a run frozen before a model field existed (the families' numbers) reads that field's default
     cfg.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg.model)
     cfg.preflight.calibration = None  # the planner's own figures: factors are fitted against them
-    plan, _ = planner.plan_and_estimate(cfg, plan_file.read(run_dir).get("gpus_per_node") or 0, str(config))
+    plan, _, _ = job.verdict(cfg, plan_file.read(run_dir).get("gpus_per_node") or 0, config_path=config, frozen=True)
     x = inputs.inputs(cfg, plan)
     parts = memory.train_phase_parts(x)
     return {
