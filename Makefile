@@ -5,7 +5,7 @@
 #   make test-two-nodes  the tests that cross a real link: two SLURM nodes in network namespaces (scripts/slurm_local.sh)
 #   make test-fast  the edit-test loop: no training processes, no exhaustive matrices, on every core
 #   make test-matrix  make test with every case of the exhaustive matrices (on demand)
-#   make lint   ruff with the project's configuration (pyproject.toml)
+#   make lint   ruff, then mypy, with the project's configuration (pyproject.toml)
 #   make coverage  make test with line coverage (every process the tests start)
 PYTHON ?= python3
 # Bytecode caching on, whatever the machine says (PYTHONDONTWRITEBYTECODE): the suite starts ~150 Python processes
@@ -77,6 +77,7 @@ coverage: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) outputs/*/ .pytest_cache

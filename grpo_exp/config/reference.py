@@ -24,7 +24,8 @@ _FIELD = re.compile(r"^\s+(\w+):\s*[^=#]+(?:=\s*(?P<default>[^#]*))?(?:#\s*(?P<i
 def comments(cls) -> dict[str, str]:
     """{field: its comment}: the comment lines right above the field in the class's source, and its inline one.
     A class made by make_dataclass (schema.LauncherConfig) has no source: its fields' classes carry the comments."""
-    found, above = {}, []
+    found: dict[str, str] = {}
+    above: list[str] = []
     try:
         source = inspect.getsource(cls)
     except OSError:

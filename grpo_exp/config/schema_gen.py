@@ -32,7 +32,7 @@ def _is_union(tp) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
-def _annotation(tp) -> tuple[str, tuple[str, ...] | None]:
+def _annotation(tp) -> tuple[str, tuple[str, ...] | str | None]:
     """(annotation source for OmegaConf, enum choices or "dict" for mappings, or None)."""
     optional = False
     args = [tp]
@@ -102,7 +102,10 @@ def render() -> str:
     from trl import GRPOConfig
 
     hints = typing.get_type_hints(GRPOConfig)
-    trainer, vllm, choices, dicts = [], [], {}, []
+    trainer: list[str] = []
+    vllm: list[str] = []
+    choices: dict = {}
+    dicts: list[str] = []
     for f in dataclasses.fields(GRPOConfig):
         if not f.init or f.name in OWNED_TRAINER_FIELDS:
             continue

@@ -43,6 +43,6 @@ def declared(dist: str, requirement: str, extra: str | None = None):
         in_extra = req.marker is not None and "extra" in str(req.marker)
         if extra is None and not in_extra:
             return req
-        if extra is not None and in_extra and req.marker.evaluate({"extra": extra}):
+        if extra is not None and in_extra and req.marker is not None and req.marker.evaluate({"extra": extra}):
             return req
     return None

@@ -52,6 +52,7 @@ def config_text(cfg: DictConfig) -> str:
 
 def load_config(path: str | Path) -> DictConfig:
     cfg = OmegaConf.load(path)
+    assert isinstance(cfg, DictConfig), f"{path}: a config is a mapping"
     OmegaConf.set_readonly(cfg, True)  # a worker that edits its config would drift from the other ranks
     return cfg
 
@@ -104,7 +105,8 @@ def write_summary(run_dir: Path, **fields) -> dict:
 def read_overrides(run_dir: Path) -> list[str]:
     """The command-line overrides Hydra recorded for this run (.hydra/overrides.yaml)."""
     path = Path(run_dir) / ".hydra" / "overrides.yaml"
-    return OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else []
+    written = OmegaConf.to_container(OmegaConf.load(path)) if path.exists() else []  # as written: ${...} unresolved
+    return [str(item) for item in written] if isinstance(written, list) else []
 
 
 # The measured peak of a run, by preference: the GPU caching allocator's reserved bytes, the whole device
@@ -248,8 +250,8 @@ def latest_checkpoint(run_dir: Path) -> tuple[Path, int] | None:
             found.append((int(step), path))
     if not found:
         return None
-    step, path = max(found)
-    return path, step
+    newest, path = max(found)
+    return path, newest
 
 
 def truncate_metrics(run_dir: Path, last_step: int) -> int:

@@ -41,7 +41,7 @@ def check(cfg: DictConfig, node_rank: int, serving_node: int | None) -> list[Pro
 def resolve(host: str) -> list[str]:
     """`host`'s addresses (IPv4 and IPv6), sorted: the one place this module asks the resolver (socket.gaierror
     where it cannot)."""
-    return sorted({info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
+    return sorted({str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)})
 
 
 def _stream_socket(address: str) -> socket.socket:

@@ -125,7 +125,7 @@ def hf_kwargs(model) -> dict:
     """model.*'s family numbers (a DictConfig or a plain dict) as config.json keys, for transformers' config classes
     (keys a family does not read are kept as plain attributes: harmless)."""
     get = model.get
-    kw = {}
+    kw: dict = {}
     if get("num_experts"):
         kw |= {
             "num_experts": get("num_experts"),

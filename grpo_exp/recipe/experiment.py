@@ -154,7 +154,7 @@ def compose_problems(exp: Experiment, sources: list[str]) -> list[Problem]:
     complaint each time, until it composes (at most one round per value). Each complaint's value is taken
     out and its recipe field refused, so that one import reports every field that does not fit."""
 
-    problems = []
+    problems: list = []
     for _ in range(len(exp.values) + len(exp.groups) + 1):
         try:
             cfg = _compose(exp, sources)

@@ -136,7 +136,7 @@ def accelerate_fsdp(exp: Experiment, fsdp: dict) -> None:
     version = to_int(settings.get("version", 1))  # accelerate's default is FSDP1
     reshard = settings.get("reshard_after_forward", True)
     strategy = settings.get("sharding_strategy", reshard if isinstance(reshard, str) else None)
-    option, values = "full_shard", {}
+    option, values = "full_shard", dict[str, bool]()
     if isinstance(strategy, (str, int)) and not isinstance(strategy, bool):
         names = list(FSDP1_STRATEGIES) + ["NO_SHARD"]  # accelerate also takes the 1-based number
         name = names[int(strategy) - 1] if str(strategy).isdigit() and 1 <= int(strategy) <= 5 else str(strategy)

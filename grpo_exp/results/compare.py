@@ -51,7 +51,7 @@ def tracker_loaders(group: str | None = None) -> dict:
 
 
 def load(sources: list[str], group: str | None = None) -> list[Run]:
-    loaders, runs = tracker_loaders(group), []
+    loaders, runs = tracker_loaders(group), list[Run]()
     for source in sources:
         prefix = next((p for p in loaders if source.startswith(p)), None)
         runs += loaders[prefix](source.removeprefix(prefix)) if prefix else load_local(Path(source))
