@@ -19,7 +19,7 @@ from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.rewards import check_rewards
 from grpo_exp.config.trl_schema import DICT_FIELDS, MODEL_TYPES
 from grpo_exp.config.values import check_choices, check_ranges
-from grpo_exp.core import rundir
+from grpo_exp.core import plain, rundir
 from grpo_exp.models import model_info
 
 # vLLM's --kv-cache-dtype values for NVIDIA GPUs (vllm/config/cache.py CacheDType, without the vendor-specific ones)
@@ -52,7 +52,7 @@ def check_unknown_keys(cfg: DictConfig, prefix: str = "") -> list[Problem]:
     problems = []
     targeted = "_target_" in fields and cfg.get("_target_")  # Hydra's rule: the other keys go to the target
     for key in cfg.keys():
-        full_key = f"{prefix}{key}"
+        full_key = f"{prefix}{key!s}"
         if key not in fields and not targeted:
             problems.append(unknown_key(full_key))
         elif OmegaConf.is_dict(cfg._get_node(key)):
@@ -170,7 +170,7 @@ def check_deepspeed(cfg: DictConfig) -> list[Problem]:
     if not cfg.deepspeed:
         return []
 
-    ds = OmegaConf.to_container(cfg.deepspeed, resolve=True)
+    ds = plain.mapping(cfg.deepspeed)
     return deepspeed_check.problems(ds) + deepspeed_check.against_trainer(ds, cfg.trainer)
 
 

@@ -50,7 +50,7 @@ ALIASES = {
 
 # key -> {value as the schema holds it: the value TRL turns it into}. A str field holds a YAML
 # boolean as "True"/"False"; an untyped (Any) field keeps the bool.
-COERCED = {
+COERCED: dict[str, dict] = {
     "trainer.scale_rewards": {"True": "group", "False": "none", "true": "group", "false": "none"},  # trl GRPOConfig
     "trainer.include_num_input_tokens_seen": {True: "all", False: "no"},  # transformers TrainingArguments
 }

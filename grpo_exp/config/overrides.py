@@ -159,7 +159,7 @@ def _beyond_float(override: Override) -> bool:
 def chosen_groups(items: list[str]) -> dict[str, str]:
     """The groups the command line chose an option of (`topology=2x8`), group -> option."""
     return {
-        o.key_or_group: o.value()
+        o.key_or_group: str(o.value())
         for o in parse(items)
         if o.key_or_group in GROUPS and isinstance(o.value(), str) and not o.is_sweep_override()
     }

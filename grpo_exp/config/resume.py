@@ -75,6 +75,7 @@ def load(composed: DictConfig, overrides: list[str]) -> tuple[DictConfig | None,
             for key in changed
         ]
     cfg = OmegaConf.merge(OmegaConf.structured(Config), OmegaConf.load(run_dir / rundir.CONFIG))
+    assert isinstance(cfg, DictConfig)  # the schema is a mapping: so is what merges into it
     for key in values(overrides):
         OmegaConf.update(cfg, key, OmegaConf.select(composed, key), merge=False)
     cfg.resume = str(run_dir)

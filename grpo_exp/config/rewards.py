@@ -34,7 +34,7 @@ def check_rewards(cfg: DictConfig) -> list[Problem]:
             problems.append(
                 Problem(
                     f"data.rewards.{name}._target_",
-                    f"'{target}' is not an importable function ({import_failure(target)})",
+                    f"'{target}' is not an importable function ({import_failure(str(target))})",
                     "name a function such as grpo_exp.training.rewards.correctness",
                 )
             )

@@ -73,7 +73,7 @@ class VllmConfig(VllmFields):
     # engine, data parallel over the rest), the other nodes train on all theirs. 0 = the server on
     # vllm.gpus of node 0. TRL 1.16's client talks to one server, so at most 1.
     nodes: int = 0
-    server_host: Optional[str] = None  # where trainers reach the server; null = node 0 (MASTER_ADDR)
+    server_host: Optional[str] = None  # type: ignore[assignment]  # where trainers reach the server; null = node 0 (MASTER_ADDR)
     # The address the vLLM server listens on. TRL's server has no authentication: whoever reaches
     # it can generate or replace the policy's weights. null = 127.0.0.1 when every trainer runs on
     # the server's node, else topology.master_addr (the cluster network), never 0.0.0.0 unasked.
@@ -284,7 +284,7 @@ class Config:
     topology: TopologyConfig = field(default_factory=TopologyConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
-    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)  # type: ignore[valid-type]  # (make_dataclass)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     preflight: PreflightConfig = field(default_factory=PreflightConfig)
     preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
@@ -301,7 +301,7 @@ class Config:
 def is_open_mapping(key: str) -> bool:
     """Whether `key` ('data.rewards', 'env.factories') is a Dict field of the schema: a mapping whose names
     are the user's, not the schema's."""
-    kind = Config
+    kind: Any = Config
     *parents, name = key.split(".")
     for part in parents:
         kind = get_type_hints(kind).get(part) if is_dataclass(kind) else None

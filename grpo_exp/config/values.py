@@ -2,6 +2,7 @@
 them is a typo that would size something absurd before anything fails), checked before anything else reads them."""
 
 import math
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -16,7 +17,7 @@ VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e
 # grpo_trainer.py: "Unknown loss type", "Invalid value for scale_rewards", ...; tests/config/test_checks.py
 # keeps them equal to the options each field's help in the installed trl lists), and the enum-typed fields of
 # GRPOConfig and those transformers gives argparse choices (generated, trl_schema.CHOICES).
-CHOICES = {
+CHOICES: dict[str, Any] = {
     "action": ("run", "plan"),
     "vllm.mode": ("off", "colocate", "server"),
     "model.dtype": DTYPES,
@@ -139,11 +140,11 @@ def _flat_numbers(node, prefix: str = ""):
 def check_choices(cfg: DictConfig) -> list[Problem]:
     problems = []
     for key, allowed in {**CHOICES, **launcher_options.choices()}.items():
-        allowed = allowed() if callable(allowed) else allowed  # a component list: read when checked
+        options: tuple = allowed() if callable(allowed) else allowed  # a component list: read when checked
         value = OmegaConf.select(cfg, key)
-        if value is not None and value not in allowed:
+        if value is not None and value not in options:
             problems.append(
-                Problem(key, f"'{value}' is not a valid option", f"use one of: {', '.join(map(str, allowed))}")
+                Problem(key, f"'{value}' is not a valid option", f"use one of: {', '.join(map(str, options))}")
             )
     return problems
 

@@ -19,9 +19,10 @@ import json
 import sys
 from types import ModuleType
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp import Problem, import_failure, locate
+from grpo_exp.core import plain
 
 _LOADED: dict[str, object] = {}  # a user's loader's dataset, per loader and seed: called once a process
 
@@ -33,7 +34,7 @@ _BY_WORD = {"toy_math": "toy_math", "gsm8k": "gsm8k", "hf": "files", "none": "no
 def _mapping(data: DictConfig) -> dict:
     if isinstance(data.loader, str):
         return {"_target_": f"{__name__}.{_BY_WORD.get(data.loader, data.loader)}.load"}
-    return OmegaConf.to_container(data.loader, resolve=True) if isinstance(data.loader, DictConfig) else {}
+    return plain.mapping(data.loader) if isinstance(data.loader, DictConfig) else {}
 
 
 def target(data: DictConfig) -> str:
@@ -57,6 +58,8 @@ def name(data: DictConfig) -> str:
 def load(data: DictConfig, seed: int):
     """The loader's dataset (None: the environment gives the prompts)."""
     function = locate(target(data))
+    if not callable(function):  # checks.py refused it before launch; a caller that skipped them learns it here
+        raise TypeError(f"data.loader._target_={target(data)!r} is not a function")
     kwargs = {k: v for k, v in _mapping(data).items() if k != "_target_"}
     parameters = inspect.signature(function).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())

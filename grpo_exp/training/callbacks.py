@@ -61,8 +61,9 @@ def progress_line(step: int, max_steps: int, logs: dict) -> str:
         for k, v in logs.items()
         if metrics.MEMORY.fullmatch(k) and isinstance(v, (int, float)) and not k.endswith(f"/{metrics.NODE_RSS}_gib")
     }
-    top = max(peaks, key=peaks.get, default=None)
-    peak = f"  peak {peaks[top]:.2f} GiB ({' '.join(metrics.MEMORY.fullmatch(top).groups())})" if top else ""
+    top = max(peaks, key=peaks.__getitem__, default=None)
+    named = metrics.MEMORY.fullmatch(top) if top else None  # every key of `peaks` matched it
+    peak = f"  peak {peaks[top]:.2f} GiB ({' '.join(named.groups())})" if top and named else ""
     loss, reward = logs.get("loss"), logs.get("reward")
     done = round(20 * step / max_steps) if max_steps > 0 else 0
     return (

@@ -43,7 +43,8 @@ class NumberGame:
 
     def __init__(self, low: int = 0, high: int = 99):
         self.low, self.high = low, high
-        self.secret, self.last, self.found = low, None, False
+        self.secret, self.found = low, False
+        self.last: int | None = None
 
     def reset(self, answer=None, **row) -> str:
         """A new game per episode; the secret comes from the row's answer (the same game for every completion

@@ -3,7 +3,9 @@ for a shard group of one node. Apart from build.py so the config's tests read it
 
 import os
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
+
+from grpo_exp.core import plain
 
 # fsdp/ keys that are grpo_exp's own; every other key is one of transformers' fsdp_config keys, verbatim.
 FSDP_OWN_KEYS = ("name", "enabled", "shard_group")
@@ -14,7 +16,9 @@ def fsdp_fields(cfg: DictConfig) -> dict:
     accelerate's ParallelismConfig: shard within a node (torchrun's LOCAL_WORLD_SIZE ranks), replicate across."""
     if not cfg.fsdp.enabled:
         return {}
-    config = {k: v for k, v in OmegaConf.to_container(cfg.fsdp).items() if k not in FSDP_OWN_KEYS and v is not None}
+    config = {
+        k: v for k, v in plain.mapping(cfg.fsdp, resolve=False).items() if k not in FSDP_OWN_KEYS and v is not None
+    }
     fields = {"fsdp": True, "fsdp_config": config}
     world, local = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     if cfg.fsdp.shard_group == "node" and world > local:

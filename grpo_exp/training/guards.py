@@ -54,7 +54,8 @@ def placement_problems(visible: list[str] | None, vllm_gpus: str | None, n_gpu: 
     overlap = reserved & set(visible or [])
     if overlap:
         problems.append(
-            f"CUDA_VISIBLE_DEVICES={','.join(visible)} includes GPU(s) {sorted(overlap)} reserved for the vLLM server"
+            f"CUDA_VISIBLE_DEVICES={','.join(visible or [])} includes GPU(s) {sorted(overlap)} reserved for the vLLM "
+            "server"
         )
     return problems
 
@@ -71,7 +72,7 @@ class StallWatchdog:
             self.file = open(folder / f"rank{rank}.txt", "w")
 
     def arm(self) -> None:
-        if self.file is not None:
+        if self.file is not None and self.stall_s is not None:
             faulthandler.dump_traceback_later(self.stall_s, repeat=False, file=self.file, exit=True)
 
     def disarm(self) -> None:

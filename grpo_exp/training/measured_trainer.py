@@ -17,6 +17,7 @@ the trainer counts the tool results TRL drops for want of room in the episode (t
 import logging
 import time
 from contextlib import nullcontext
+from typing import Any
 from unittest import mock
 
 import torch
@@ -52,6 +53,8 @@ def missing_hooks(trainer_class=GRPOTrainer) -> list[str]:
 class MeasuredGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose steps are measured into `phases` (None: not measured); `run_peaks` accumulates the
     whole run's maxima."""
+
+    vllm_generation: Any  # GRPOTrainer's (None without vLLM): wrapped to measure its weight syncs
 
     def __init__(self, *args, phases: PhaseMemory | None, environment_factory=None, generation_class=None, **kwargs):
         """`generation_class`: the VLLMGeneration GRPOTrainer builds (weight_sync.py's for vllm.weight_sync=

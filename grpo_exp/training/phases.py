@@ -106,7 +106,7 @@ def aggregate(per_rank: list[dict[str, dict[str, float]]], nodes: list[int] | No
     out: dict[str, float] = {}
     for phase in sorted({p for window in per_rank for p in window} - {VLLM}) if nodes else ():
         per_node: dict[int, float] = defaultdict(float)
-        for node, window in zip(nodes, per_rank, strict=True):
+        for node, window in zip(nodes or [], per_rank, strict=True):
             per_node[node] += window.get(phase, {}).get("host_rss_max", 0.0)
         if any(per_node.values()):
             out[metrics.memory(phase, NODE_RSS)] = max(per_node.values()) / GIB

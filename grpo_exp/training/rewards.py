@@ -62,6 +62,9 @@ def answer_closeness(completions, answer, **kwargs) -> list[float]:
     scores = []
     for c, a in zip(completions, answer, strict=True):
         predicted = extract_answer(completion_text(c))
+        if predicted is None:  # no number in the completion
+            scores.append(0.0)
+            continue
         try:
             distance = abs(float(predicted) - float(str(a).replace(",", ""))) / (
                 abs(float(str(a).replace(",", ""))) + 1.0

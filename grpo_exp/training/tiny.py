@@ -84,4 +84,5 @@ if __name__ == "__main__":
     from grpo_exp.config import env
 
     cfg = OmegaConf.create(sys.stdin.read())
+    assert isinstance(cfg, DictConfig), "a run's config on standard input"
     print(tiny_model_dir(cfg.model, env.tool_sets(cfg)))

@@ -10,6 +10,8 @@ FilesystemSync is the worker extension a `vllm serve` server runs with (`--worke
 vllm.weight_sync=filesystem: the server's side of training/weight_sync.py, called through /collective_rpc.
 """
 
+from typing import Any
+
 
 def refresh_cpu_kernels(model) -> None:
     """On vLLM's CPU platform, rebuild the LM head's GEMM handle from its weight (a no-op elsewhere)."""
@@ -26,6 +28,8 @@ def refresh_cpu_kernels(model) -> None:
 
 class FilesystemSync:
     """Mixed into each vLLM worker by `--worker-extension-cls grpo_exp.training.vllm_worker.FilesystemSync`."""
+
+    model_runner: Any  # the vLLM worker's, which this class is mixed into
 
     def reload_policy(self, weights_path: str) -> None:
         """Reload the weights rank 0 wrote to `weights_path` (safetensors, checkpoint names)."""
