@@ -41,12 +41,14 @@ class OomRecord(TypedDict, total=False):
     requested_bytes: int | None
     snapshot: str | None  # the allocator's summary (torch.cuda.memory_summary), or /proc's VmPeak lines
     killed_by: str  # oom_killer: the kernel's OOM killer took it (SIGKILL)
+    oom_kills: int  # oom_killer: how far the kernel's OOM-kill counter rose meanwhile
 
 
 class RankRecord(TypedDict, total=False):
     """ranks/rank<N>.json: how one rank ended (every rank that did not complete writes one; rank 0 always, with the
     run's measurements: memory/peak*, measured/*, plan/*, throughput, its first and last logged metrics)."""
 
+    rank: int  # rundir.write_rank_record adds it
     status: Status
     error: str | None
     time: float

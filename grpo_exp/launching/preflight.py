@@ -295,6 +295,7 @@ def _eval_data(cfg: DictConfig) -> list[Problem]:
             "num_samples": None,
         },
     )
+    assert isinstance(held_out, DictConfig)  # cfg.data merged with a mapping
     found = data_checks.check(held_out, reward_columns(cfg))
     return [
         Problem(

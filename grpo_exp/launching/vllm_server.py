@@ -97,7 +97,8 @@ class RemoteWatch:
     MISSES = 3
 
     def __init__(self, url: str):
-        self.url, self.misses, self.why = url, 0, None
+        self.url, self.misses = url, 0
+        self.why: str | None = None
         self.next_check = time.monotonic() + self.EVERY_S
 
     def check(self) -> None:

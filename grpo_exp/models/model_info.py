@@ -20,6 +20,7 @@ import json
 import os
 import struct
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -160,7 +161,7 @@ def read_architecture(config_json: Path) -> dict:
 def _numbers(text: dict, notes: list[str]) -> dict:
     """The architecture numbers of config.json's text model, under any family's spelling, the usual defaults filled
     in (a note says what was assumed)."""
-    numbers = {
+    numbers: dict[str, Any] = {
         key: next((text[a] for a in aliases if text.get(a) is not None), None) for key, aliases in _ALIASES.items()
     }
     missing = [
@@ -312,7 +313,11 @@ def meta_facts(source, model: DictConfig | None = None) -> dict | None:
     since building imports torch (~4 s). None when transformers cannot build it."""
 
     arch = {k: model[k] for k in ARCH_KEYS} if model is not None else {}
-    text = Path(source, "config.json").read_text() if source else json.dumps([model.model_type, arch], sort_keys=True)
+    text = (
+        Path(source, "config.json").read_text()
+        if source
+        else json.dumps([model.model_type if model is not None else None, arch], sort_keys=True)
+    )
     key = hashlib.sha256(f"{FACTS_VERSION}{text}".encode()).hexdigest()[:16]
     cache = cache_root() / "model_facts" / f"{key}.json"
     if cache.is_file():

@@ -121,7 +121,7 @@ def estimate(x: Inputs, gpu: RoleEstimate, nodes: list[tuple[int, int]], capacit
 
 def fixes(x: Inputs, node: NodeHost) -> list[str]:
     """What brings a node back under its RAM, ranked by what it saves (the largest term first)."""
-    if node.fits:
+    if node.fits or node.capacity is None:  # (no capacity given: nothing to fit under)
         return []
     over = (node.peak - node.capacity) / GIB
     c = node.components

@@ -6,11 +6,11 @@ variants in milliseconds. Pure Python: no torch import.
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp import DECODER_LINEAR_LAYERS, GIB
 from grpo_exp.config import env
-from grpo_exp.core import packages
+from grpo_exp.core import packages, plain
 from grpo_exp.models import model_families
 from grpo_exp.planning import calibration, lora, placement, prompt_tokens, vision
 
@@ -210,7 +210,7 @@ def _text_prompt(cfg: DictConfig, device: str) -> int:
 def _vision(cfg: DictConfig):
     """model.vision as plain numbers (None for a text model)."""
     v = cfg.model.get("vision")
-    return SimpleNamespace(**OmegaConf.to_container(v, resolve=True)) if v is not None else None
+    return SimpleNamespace(**plain.mapping(v)) if v is not None else None
 
 
 def image_tokens(cfg: DictConfig, v) -> int:

@@ -19,10 +19,10 @@ import sys
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp.config import env
-from grpo_exp.core import gpus
+from grpo_exp.core import gpus, plain
 from grpo_exp.models.model_info import tiny_model_path
 from grpo_exp.planning import network, serve_argv
 
@@ -98,7 +98,7 @@ def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: tupl
     not say."""
     # Plain values, resolved once: a config node resolves its interpolations (master_addr, ...) on every
     # read, and a 512-node plan reads them per node.
-    topo, vllm = SimpleNamespace(**OmegaConf.to_container(cfg.topology, resolve=True)), cfg.vllm
+    topo, vllm = SimpleNamespace(**plain.mapping(cfg.topology)), cfg.vllm
     gpus = gpus_per_node(cfg, detected_gpus)
     server = vllm.mode == "server"
     dedicated = vllm.nodes if server else 0  # serving nodes, the last ones

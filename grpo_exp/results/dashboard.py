@@ -16,6 +16,7 @@ keys are grpo_exp's summary.json.
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from grpo_exp import PHASES
 from grpo_exp.core import metrics, rundir
@@ -133,7 +134,7 @@ def report(project: str, entity: str, group: str | None):
 
 def spec(project: str, entity: str, group: str | None, with_report: bool) -> dict:
     """Everything the command would save, as plain JSON (W&B's own view models)."""
-    out = {
+    out: dict[str, Any] = {
         "workspaces": [
             json.loads(w._to_model().model_dump_json(by_alias=True, exclude_none=True))
             for w in workspaces(project, entity, group)

@@ -52,7 +52,8 @@ class Tracker:
             config=run_config(cfg, run_dir),
             tags=run_tags(cfg),
         )
-        self.run, self._error = None, None
+        self.run = None
+        self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._init, args=(wandb, init), name="wandb-init", daemon=True)
         self._thread.start()
 

@@ -25,6 +25,7 @@ import hashlib
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -173,7 +174,7 @@ def _volumes(cfg: DictConfig) -> tuple[list[dict], list[dict]]:
 
 def _pod_spec_extras(cfg: DictConfig) -> dict:
     k = cfg.launcher.kubernetes
-    extras = {}
+    extras: dict[str, Any] = {}
     if k.node_selector:
         extras["nodeSelector"] = {str(key): str(v) for key, v in k.node_selector.items()}
     if k.tolerations:

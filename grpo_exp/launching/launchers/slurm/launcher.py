@@ -47,8 +47,7 @@ def submit(cfg: DictConfig, run_dir: Path, plan: Plan) -> tuple[int, dict]:
             job = jobs.submit(cfg, run_dir, plan)
             print(f"submitted SLURM job {job.job_id}: {run_dir}  (grpo-exp compare {run_dir})")
     except jobs.Refused as exc:
-        summary = outcome.launch_failed(run_dir, str(exc), wall_s=0.0)
-        return summary["exit_code"], summary
+        return outcome.EXIT_FAILED, dict(outcome.launch_failed(run_dir, str(exc), wall_s=0.0))
     return outcome.EXIT_OK, rundir.read_summary(run_dir)
 
 

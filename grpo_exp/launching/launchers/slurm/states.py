@@ -69,8 +69,8 @@ def job_state(job_id: str) -> JobState | None:
         return JobState(accounted.split()[0])  # "CANCELLED by 0": the state is the first word
     queued = ask("squeue", "-h", "-t", "all", "-j", str(job_id), "-o", "%T|%r")
     if queued and queued.strip():
-        state, _, reason = queued.strip().splitlines()[0].partition("|")
-        return JobState(state, reason if reason not in ("", "None") else None)
+        state, _, why = queued.strip().splitlines()[0].partition("|")
+        return JobState(state, why if why not in ("", "None") else None)
     if shown is None and accounted is None and queued is None and ask("scontrol", "version") is None:
         return None  # no SLURM tools to ask: only the result file tells
     return JobState(GONE)
