@@ -18,6 +18,7 @@ import functools
 import os
 
 from grpo_exp import CONF_DIR, Problem
+from grpo_exp.core import plain
 
 # Top-level sections DeepSpeed reads (deepspeed/runtime/config.py); used only to catch near-misses.
 KNOWN_TOP_LEVEL = (
@@ -89,7 +90,7 @@ def hand_read_problems(ds: dict) -> list[Problem]:
     problems = []
     for path in HAND_READ_MAPPINGS + HAND_READ_STRINGS:
         *parents, leaf = path.split(".")
-        node = ds
+        node: object = ds
         for part in parents:
             node = node.get(part) if isinstance(node, dict) else None
         if not isinstance(node, dict) or leaf not in node or node[leaf] is None:
@@ -220,12 +221,13 @@ def shipped_sections() -> tuple[dict, ...]:
 def _option(name: str) -> dict:
     """conf/deepspeed/<name>.yaml with its defaults list applied (the options extend each other:
     zero3_offload is zero3 plus offload blocks), without Hydra: the driver is inside Hydra's app."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     node = OmegaConf.load(CONF_DIR / "deepspeed" / f"{name}.yaml")
+    assert isinstance(node, DictConfig), f"conf/deepspeed/{name}.yaml is a mapping"
     defaults = list(node.pop("defaults", None) or ["_self_"])
     parts = [node if entry == "_self_" else OmegaConf.create(_option(entry)) for entry in defaults]
-    return OmegaConf.to_container(OmegaConf.merge(*parts)) or {}
+    return plain.mapping(OmegaConf.merge(*parts), resolve=False)
 
 
 def problems(ds: dict) -> list[Problem]:

@@ -10,10 +10,11 @@ user's code: env names only code the user trusts (docs/agentic.md).
 
 import inspect
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp import Problem, import_failure, locate
 from grpo_exp import data as loaders
+from grpo_exp.core import plain
 
 NOT_TOOLS = ("reset", "get_reward")  # an environment's public methods TRL does not offer the model
 _TOOL_FIX = (
@@ -192,7 +193,7 @@ def _factory_problems(key: str, node) -> list[Problem]:
         problems.append(
             Problem(key, f"{cls.__name__} has no reset(): TRL starts every episode with it", "add reset(self, **row)")
         )
-    kwargs = {k: v for k, v in OmegaConf.to_container(node).items() if k != "_target_"}
+    kwargs = {k: v for k, v in plain.mapping(node, resolve=False).items() if k != "_target_"}
     try:
         inspect.signature(cls).bind(**kwargs)
     except TypeError as exc:

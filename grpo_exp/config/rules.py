@@ -6,12 +6,13 @@ Pure Python: no torch/transformers/trl import.
 
 import math
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp import Problem, is_number
 from grpo_exp import data as loaders
 from grpo_exp.config.model_schema import DTYPES
 from grpo_exp.config.trl_schema import DEBUG_OPTIONS, SCHEDULER_KWARGS
+from grpo_exp.core import plain
 
 
 def check_trl_rules(cfg: DictConfig) -> list[Problem]:
@@ -238,7 +239,9 @@ def _scheduler_rules(cfg: DictConfig) -> list[Problem]:
                 "use another scheduler (cosine, linear, ...)",
             )
         )
-    kwargs = OmegaConf.to_container(t.lr_scheduler_kwargs) if isinstance(t.lr_scheduler_kwargs, DictConfig) else {}
+    kwargs = (
+        plain.mapping(t.lr_scheduler_kwargs, resolve=False) if isinstance(t.lr_scheduler_kwargs, DictConfig) else {}
+    )
     accepted = SCHEDULER_KWARGS.get(t.lr_scheduler_type)
     unknown = sorted(set(kwargs) - set(accepted)) if accepted is not None else []
     if unknown:
@@ -246,7 +249,7 @@ def _scheduler_rules(cfg: DictConfig) -> list[Problem]:
             Problem(
                 "trainer.lr_scheduler_kwargs",
                 f"{unknown} are not arguments of the '{t.lr_scheduler_type}' scheduler",
-                f"use {list(accepted) or 'no arguments'}",
+                f"use {list(accepted or ()) or 'no arguments'}",
             )
         )
     if t.lr_scheduler_type in ("cosine_with_min_lr", "cosine_warmup_with_min_lr") and ("min_lr" in kwargs) == (

@@ -29,7 +29,7 @@ def measured_train_gib(summary: dict) -> tuple[str, float] | None:
 def sample(run_dir: Path) -> dict | None:
     """One measured run as a fit sample: its train-phase peak and what the uncalibrated planner
     puts in that phase, per group (GiB). None without a measured train phase."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
     summary = rundir.read_summary(run_dir)
     measured = measured_train_gib(summary)
@@ -37,10 +37,12 @@ def sample(run_dir: Path) -> dict | None:
     if measured is None or not config.exists():
         return None
     cfg = OmegaConf.load(config)
+    assert isinstance(cfg, DictConfig), f"{config} is a mapping"
     # a run frozen before a model field existed (the families' numbers) reads that field's default
     cfg.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg.model)
     cfg.preflight.calibration = None  # the planner's own figures: factors are fitted against them
     plan, _, _ = job.verdict(cfg, plan_file.read(run_dir).get("gpus_per_node") or 0, config_path=config, frozen=True)
+    assert plan is not None  # a frozen config is planned as it is: never refused
     x = inputs.inputs(cfg, plan)
     parts = memory.train_phase_parts(x)
     return {

@@ -22,10 +22,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Protocol
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp import import_failure, locate
 from grpo_exp.config.schema import LoggerConfig
+from grpo_exp.core import plain
 from grpo_exp.trackers.common import summary_metrics
 
 
@@ -56,8 +57,11 @@ class Targeted:
     OWN = {f.name for f in dataclasses.fields(LoggerConfig)}
 
     def __init__(self, cfg: DictConfig):
-        given = OmegaConf.to_container(cfg.logger, resolve=True)
-        self.tracker: Tracker = locate(cfg.logger._target_)(**{k: v for k, v in given.items() if k not in self.OWN})
+        given = plain.mapping(cfg.logger)
+        make = locate(cfg.logger._target_)
+        if not callable(make):  # not_a_tracker refused it before launch; a caller that skipped the checks learns here
+            raise TypeError(f"logger._target_={cfg.logger._target_!r} is not a class")
+        self.tracker: Tracker = make(**{k: v for k, v in given.items() if k not in self.OWN})
         self.step = 0
 
     def ready(self) -> None:
