@@ -34,7 +34,7 @@ from omegaconf.errors import OmegaConfBaseException
 from grpo_exp import CONF_DIR, Problem
 from grpo_exp.config import errors, overrides
 from grpo_exp.config.registry import register_configs
-from grpo_exp.core import outcome, rundir
+from grpo_exp.core import outcome, plain, rundir
 from grpo_exp.launching import job
 from grpo_exp.results import report
 from hydra_plugins.grpo_exp_frontier.frontier_sweeper import FrontierSweeper
@@ -122,7 +122,7 @@ def _task(unknown: list[Problem], ran: list, whole: list[tuple[str, dict]]):
         ran.append(ended)
         if sweeping:  # results/sweep_report.py prints the table once every trial ran
             return ended.objective(cfg.optimized_metric, _direction(hydra_cfg, cfg.optimized_metric))
-        if ended.launched:
+        if ended.launched and ended.run_dir is not None:
             report.print_report(ended.run_dir, ended.summary)
         raise SystemExit(ended.code)
 
@@ -146,7 +146,7 @@ def _trials_independent(hydra_cfg) -> bool:
 def task_overrides(hydra_cfg) -> list[str]:
     """This job's command-line overrides as written: iterating Hydra's list would resolve an override's
     own `${...}` text, and fail on one that names an unset variable (that is the job's check to report)."""
-    return OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)
+    return [str(item) for item in plain.sequence(hydra_cfg.overrides.task, resolve=False)]
 
 
 def explicit_keys(hydra_cfg, experiment: dict) -> set[str]:
@@ -179,7 +179,7 @@ def _option_file(hydra_cfg, group: str, option: str | None) -> dict:
         path = source / group / f"{option}.yaml"
         if option and path.is_file():
             text = path.read_text()
-            content = OmegaConf.to_container(OmegaConf.create(text)) or {}
+            content = plain.mapping(OmegaConf.create(text), resolve=False)
             if "@package _global_" in text.split("\n", 1)[0]:
                 content["_global_package"] = True
             return content
@@ -191,8 +191,8 @@ def _run_dir_argument(items: list[str]) -> Path | None:
     parsed = {o.key_or_group: o.value() for o in overrides.parse(items)}
     if "hydra.run.dir" not in parsed or "resume" in parsed:
         return None
-    rank = parsed.get("topology.node_rank", os.environ.get("NODE_RANK", "0"))  # conf/config.yaml's default
-    return Path(str(parsed["hydra.run.dir"])).expanduser() / rundir.node_subdir(int(rank) if str(rank).isdigit() else 0)
+    rank = str(parsed.get("topology.node_rank", os.environ.get("NODE_RANK", "0")))  # conf/config.yaml's default
+    return Path(str(parsed["hydra.run.dir"])).expanduser() / rundir.node_subdir(int(rank) if rank.isdigit() else 0)
 
 
 def deepspeed_override(arg: str) -> str:
@@ -208,7 +208,7 @@ def _skip_mode_compose() -> None:
     for a mode it could not read (`hydra._internal.utils._run_app`), without the first compose."""
     from hydra._internal.hydra import Hydra
 
-    Hydra.get_mode = lambda self, config_name, overrides: None
+    Hydra.get_mode = lambda self, config_name, overrides: None  # type: ignore[method-assign]  # (Hydra's own)
 
 
 def _exit_invalid(problems: list) -> None:

@@ -16,6 +16,7 @@ Rules (the multi-node failures in the field are all placement errors):
 import itertools
 import shlex
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from types import SimpleNamespace
 
@@ -93,7 +94,7 @@ def card_warnings(topology, cards: list) -> list[str]:
     return []
 
 
-def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: tuple = ()) -> Plan:
+def make_plan(cfg: DictConfig, config_path: str, detected_gpus: int, cards: Sequence = ()) -> Plan:
     """The plan for `cfg`; `detected_gpus` and the `cards` detected here matter only where the topology does
     not say."""
     # Plain values, resolved once: a config node resolves its interpolations (master_addr, ...) on every

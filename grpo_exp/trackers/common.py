@@ -5,10 +5,10 @@ run continues."""
 import secrets
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp.config.overrides import values
-from grpo_exp.core import rundir
+from grpo_exp.core import plain, rundir
 
 
 def run_tags(cfg: DictConfig) -> list[str]:
@@ -48,7 +48,7 @@ def run_config(cfg: DictConfig, run_dir: Path) -> dict:
     values as top-level keys ("trainer.num_generations": 8) that a tracker's parallel coordinates and scatter
     panels plot directly across the runs of a sweep."""
     overrides = rundir.read_overrides(run_dir)
-    config = OmegaConf.to_container(cfg, resolve=True)
+    config = plain.mapping(cfg)
     config["overrides"] = overrides
     config.update(swept_values(overrides))
     return config

@@ -8,11 +8,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
-from grpo_exp.core.records import Status
+from grpo_exp.core.records import Status, Summary
 from grpo_exp.launching import launch, reachability, versions
 from grpo_exp.launching.launchers.slurm import states
 from grpo_exp.planning import placement
@@ -32,6 +32,7 @@ class NodeTask:
 
         env = submitit.JobEnvironment()
         cfg = OmegaConf.load(self.config_path)
+        assert isinstance(cfg, DictConfig), f"{self.config_path} is a mapping"
         # Where this task sits is only known inside the job: the node index, and the first host as
         # the rendezvous (and vLLM server) address. node_rank is left out of the fingerprint check.
         cfg.topology.node_rank = env.global_rank
@@ -74,7 +75,8 @@ class NodeTask:
         summary = outcome.conclude(run_dir, code, time.time() - started)
         if summary["status"] != Status.COMPLETED and "SLURM_JOB_ID" in os.environ:
             _not_completed(cfg, env.job_id, run_dir, restarts, summary)
-        return summary["exit_code"]
+        concluded = summary["exit_code"]  # set by conclude (None only while a run is running)
+        return concluded if concluded is not None else outcome.EXIT_FAILED
 
 
 def _run_node(cfg, run_dir: Path, node, log_path: Path) -> int:
@@ -89,7 +91,7 @@ def _run_node(cfg, run_dir: Path, node, log_path: Path) -> int:
         return outcome.EXIT_HANG_PREVENTED
 
 
-def _not_completed(cfg, job_id: str, run_dir: Path, restarts: int, summary: dict) -> None:
+def _not_completed(cfg, job_id: str, run_dir: Path, restarts: int, summary: Summary) -> None:
     """Node 0 of a job whose run did not complete: SLURM is asked once whether it requeued the job itself (then the
     next attempt gives the result) or is ending it; a preempted run is requeued by node 0 unless SLURM is ending it."""
     state = states.job_state(job_id)
@@ -98,7 +100,7 @@ def _not_completed(cfg, job_id: str, run_dir: Path, restarts: int, summary: dict
         _requeue(cfg, job_id, state, run_dir, restarts, summary.get("global_step"))
 
 
-def _requeued_by_slurm(job_id: str, state: states.JobState | None, restarts: int, summary: dict) -> None:
+def _requeued_by_slurm(job_id: str, state: states.JobState | None, restarts: int, summary: Summary) -> None:
     """SLURM requeued the job itself (one of its nodes failed or was taken down; JobRequeue): whatever this attempt
     ended as (preempted where the ranks were stopped, failed where a peer's processes were killed first), the next
     attempt resumes from the last checkpoint, and the driver waits for it: no result from this one."""
