@@ -158,7 +158,7 @@ def planned(*overrides: str, gpus: int = 0) -> Planned:
     text, cfg = report("action=plan", *overrides, gpus=gpus)
     assert text == "", text
     plan, _ = job.check(cfg, Path("/nonexistent-run-dir"), gpus=gpus)
-    return Planned(cfg, plan, planner.preflight(cfg, plan))
+    return Planned(cfg, plan, planner.memory_plan(cfg, plan))
 
 
 def run_job(*overrides: str, run_dir: Path, gpus: int = 0, sweeping: bool = False):

@@ -179,7 +179,7 @@ def verdict(
     (plan, memory plan, problems); no memory plan with problems."""
     if frozen:
         plan = placement.make_plan(cfg, str(config_path), detected_gpus=gpus)
-        return plan, planner.preflight(cfg, plan), []
+        return plan, planner.memory_plan(cfg, plan), []
     problems = finalize(cfg, set(explicit), None)
     if problems:
         return None, None, problems
@@ -233,7 +233,8 @@ def _refuse(run_dir: Path, problems: list[Problem], sweeping: bool) -> Ended:
 
 
 def _memory_plan(cfg: DictConfig, plan) -> planner.MemoryPlan:
-    memory = planner.preflight(cfg, plan)
+    """planner.memory_plan's, or where it does not fit and preflight.on_oom=fit, the plan of the change that fits."""
+    memory = planner.memory_plan(cfg, plan)
     return _fit(cfg, plan, memory) if not memory.fits and cfg.preflight.on_oom == "fit" else memory
 
 
@@ -247,7 +248,7 @@ def _fit(cfg: DictConfig, plan, memory: planner.MemoryPlan) -> planner.MemoryPla
         OmegaConf.update(cfg, key, new, force_add=True)
         cfg.preflight.fitted.append(f"{key}: {old} -> {new}")
         log.warning("preflight.on_oom=fit: %s %s -> %s", key, old, new)
-    return planner.preflight(cfg, plan)
+    return planner.memory_plan(cfg, plan)
 
 
 def _planned(cfg: DictConfig, run_dir: Path, plan, memory: planner.MemoryPlan, sweeping: bool) -> Ended:

@@ -1,5 +1,5 @@
 """plan.json, written and read here only: the launch plan (placement.Plan: who runs where, the commands)
-and the memory plan (planner.preflight) of one run, as the driver made them before launch.
+and the memory plan (planner.memory_plan) of one run, as the driver made them before launch.
 
     world_size, device, gpus_per_node, nodes[]        the launch plan
     vllm                                              the placement's vllm block with the engine's memory plan

@@ -44,7 +44,7 @@ class MemoryPlan:
         return asdict(self)
 
 
-def preflight(cfg: DictConfig, plan) -> MemoryPlan:
+def memory_plan(cfg: DictConfig, plan) -> MemoryPlan:
     """The memory plan of `cfg` on the launch plan `plan`."""
     x = inputs(cfg, plan)
     e = estimate(x)

@@ -168,7 +168,7 @@ def test_vllm_max_model_length_below_prompt_and_completion_is_a_note_not_a_refus
 
     text, cfg = report("model=qwen7b", "topology=2x8", "vllm=server", "action=plan", "vllm.max_model_length=128")
     assert text == ""
-    memory = planner.preflight(cfg, placement.make_plan(cfg, "config.yaml", detected_gpus=0))
+    memory = planner.memory_plan(cfg, placement.make_plan(cfg, "config.yaml", detected_gpus=0))
     assert any("vLLM ends such generations at its limit" in note for note in memory.notes)
 
 

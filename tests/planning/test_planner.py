@@ -194,7 +194,7 @@ TOPOLOGIES = ["1x1", "1x2", "1x4", "1x8", "2x8", "4x8"]
 def test_every_shipped_model_and_topology_plans(model, topology):
     for vllm in ("off", "colocate") + (("server",) if topology not in ("1x1",) else ()):
         cfg = compose_cfg(f"model={model}", f"topology={topology}", f"vllm={vllm}")
-        memory = planner.preflight(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=0))
+        memory = planner.memory_plan(cfg, placement.make_plan(cfg, "/x/config.yaml", detected_gpus=0))
         engine_fits = memory.vllm is None or memory.vllm["peak_gib"] <= memory.vllm["capacity_gib"]
         assert memory.train["peak_gib"] > 0
         assert memory.fits == (memory.train["peak_gib"] <= memory.train["capacity_gib"] and engine_fits)

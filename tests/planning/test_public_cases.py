@@ -41,7 +41,7 @@ def test_the_table_has_a_dozen_sourced_cases():
 @pytest.mark.parametrize("row", ROWS, ids=[r["case"][0] for r in ROWS])
 def test_planner_verdict_and_peak_are_the_tables(row):
     cfg = compose_cfg(*row["overrides"])
-    memory = planner.preflight(cfg, placement.make_plan(cfg, "config.yaml", detected_gpus=0))
+    memory = planner.memory_plan(cfg, placement.make_plan(cfg, "config.yaml", detected_gpus=0))
     assert ("fits" if memory.fits else "OOM") == row["verdict"], f"{row['case'][0]}: the planner's verdict flipped"
     assert memory.train["peak_gib"] == pytest.approx(row["peak"], rel=0.05, abs=0.1)
 

@@ -144,7 +144,7 @@ def _plan(name: str, conf: Path, *overrides: str):
     plan, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=0)
     for problem in problems:  # refused: by key, in the driver's one form
         assert problem.key and problem.why and problem.fix, problem
-    return planner.preflight(cfg, plan) if plan is not None and not problems else None
+    return planner.memory_plan(cfg, plan) if plan is not None and not problems else None
 
 
 @SETTINGS
@@ -239,7 +239,7 @@ def test_a_recipe_trl_accepts_imports_and_plans_without_a_problem(tmp_path_facto
     plan, problems = check(cfg, Path("/nonexistent-run-dir"), gpus=0)
     assert problems == [], "\n".join(map(str, problems)) + "\n" + json.dumps(fields) + json.dumps(accelerate)
     assert plan.world_size == accelerate["num_processes"]
-    assert planner.preflight(cfg, plan).train["peak_gib"] > 0
+    assert planner.memory_plan(cfg, plan).train["peak_gib"] > 0
 
 
 # The recipes people write beyond TRL's own fields (issue: imports that must always plan): rewards without a home
