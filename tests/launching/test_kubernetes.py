@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from grpo_exp.core import outcome, rundir
-from grpo_exp.launching.launchers.kubernetes import checks as kubernetes_checks
+from grpo_exp.launching.launchers.kubernetes import admission as kubernetes_checks
 from grpo_exp.launching.launchers.kubernetes import cluster as kubernetes_run
 from grpo_exp.launching.launchers.kubernetes import manifests as kubernetes
 from tests.helpers import FIXTURES, run_job

@@ -3,7 +3,7 @@
     config.py      launcher.kubernetes.*: its options, their types and values (the config reads only this module)
     launcher.py    the launcher protocol (launchers/__init__.py)
     manifests.py   the objects the plan becomes, through Kubeflow's models
-    checks.py      what Kubernetes would refuse, found offline: names, GPUs, schemas, kubectl's dry run
+    admission.py   what Kubernetes would refuse, found offline: names, GPUs, schemas, kubectl's dry run
     cluster.py     action=run: kubectl apply, follow the job's conditions, delete on Ctrl-C
     yaml_text.py   the objects as one YAML stream, each read back through its model first
 

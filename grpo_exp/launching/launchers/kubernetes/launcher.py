@@ -1,5 +1,5 @@
 """launcher=kubernetes: the plan as a TrainJob or a JobSet (manifests.py builds the objects,
-checks.py refuses what the cluster would, cluster.py applies and follows them). Nothing runs on
+admission.py refuses what the cluster would, cluster.py applies and follows them). Nothing runs on
 this machine: the pods' data is checked as the plan can, and the manifests are written beside plan.json."""
 
 from pathlib import Path
@@ -8,7 +8,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import Problem
 from grpo_exp.launching import preflight
-from grpo_exp.launching.launchers.kubernetes import checks, cluster, manifests
+from grpo_exp.launching.launchers.kubernetes import admission, cluster, manifests
 from grpo_exp.planning.placement import NodePlan, Plan
 from grpo_exp.planning.planner import MemoryPlan
 
@@ -20,12 +20,12 @@ def finalize(cfg: DictConfig, run_dir: Path | None) -> None:
 
 
 def check(cfg: DictConfig, plan: Plan, gpus: int, batch_known: bool) -> list[Problem]:
-    problems = checks.check(cfg, plan) + preflight.check_data(cfg, plan, batch_known=batch_known)
+    problems = admission.check(cfg, plan) + preflight.check_data(cfg, plan, batch_known=batch_known)
     return problems + (cluster.check_cluster(cfg) if cfg.action == "run" else [])
 
 
 def build(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> tuple[list, list[Problem]]:
-    objects, problems = checks.built(cfg, plan, memory)
+    objects, problems = admission.built(cfg, plan, memory)
     if not problems:
         memory.notes += manifests.notes(cfg)
     return objects, problems

@@ -17,7 +17,7 @@ pod's addresses (a pod has its own network namespace).
 A multi-node vLLM server (a LeaderWorkerSet in vLLM's docs) never comes up: the plan refuses more than one serving
 node (TRL 1.16's client talks to one server) and tensor parallelism wider than a node.
 
-What Kubernetes would refuse is found before anything is written: checks.py. Applying and following the
+What Kubernetes would refuse is found before anything is written: admission.py. Applying and following the
 job: cluster.py. Needs the `kubernetes` extra (kubeflow-trainer-api, kubernetes-validate).
 """
 
@@ -115,7 +115,7 @@ def run_dir_in_pods(cfg: DictConfig) -> str:
 
 def build(cfg: DictConfig, plan: Plan, memory: MemoryPlan) -> list[dict]:
     """The run's objects: the ConfigMap, then the TrainJob or JobSet, each passed through its model (a value of
-    the wrong type, or a key the model does not keep, is a ValueError; checks.validate checks the rest)."""
+    the wrong type, or a key the model does not keep, is a ValueError; admission.validate checks the rest)."""
     workload = _trainjob(cfg, plan, memory) if kind(cfg) == "TrainJob" else _jobset(cfg, plan, memory)
     return [_configmap(cfg), workload]
 
