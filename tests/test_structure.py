@@ -208,3 +208,16 @@ def test_the_schema_loads_no_launcher_code():
     for init in (REPO / "grpo_exp" / "launching" / "launchers").glob("*/__init__.py"):
         body = ast.parse(init.read_text()).body
         assert len(body) == 1 and isinstance(body[0], ast.Expr), f"{init}: a docstring only (config.py loads it)"
+
+
+def test_mypy_checks_every_module_of_grpo_exp():
+    """make lint's mypy covers all of grpo_exp/ and the frontier sweeper: no module is exempted from its errors, and
+    the libraries it does not follow are the stack's, never grpo_exp's own."""
+    import tomllib
+
+    mypy = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert set(mypy["packages"]) == {"grpo_exp", "hydra_plugins.grpo_exp_frontier"}
+    for override in mypy.get("overrides", []):
+        assert not override.get("ignore_errors"), override["module"]
+        modules = override["module"] if isinstance(override["module"], list) else [override["module"]]
+        assert not [m for m in modules if m.startswith(("grpo_exp", "hydra_plugins"))], modules

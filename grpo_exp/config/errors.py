@@ -9,6 +9,7 @@ field grpo_exp owns, or the nearest valid names ("did you mean ...?").
 import difflib
 import re
 import sys
+from typing import cast
 
 from hydra.errors import MissingConfigException, OverrideParseException
 from omegaconf import OmegaConf
@@ -52,9 +53,10 @@ def explain(exc: Exception) -> str:
     if key and isinstance(cause, (ConfigAttributeError, ConfigKeyError)):
         return str(unknown_key(key))
     if key and isinstance(cause, ValidationError):
-        wanted = re.search(r"converted to (\w+)", cause.msg)
+        message = cause.msg or str(cause)
+        wanted = re.search(r"converted to (\w+)", message)
         kind = f"a {wanted.group(1)}" if wanted else "a value of its type"
-        why = cause.msg.splitlines()[0]
+        why = message.splitlines()[0]
         return f"{key}: {why}\n    fix: {key} takes {kind}; `python -m grpo_exp --cfg job` shows every value"
     if isinstance(cause, OverflowError):
         why = str(cause).splitlines()[0]
@@ -86,7 +88,7 @@ def unresolvable(cfg) -> list[Problem]:
     def walk(node, prefix: str) -> None:
         keys = node.keys() if isinstance(node, DictConfig) else range(len(node))
         for key in keys:
-            full = f"{prefix}{key}"
+            full = f"{prefix}{key!s}"
             try:
                 child = node[key]  # resolves this value (an interpolation to a mapping resolves to that mapping)
             except OmegaConfBaseException as exc:
@@ -112,9 +114,9 @@ def mistyped_interpolations(cfg) -> list[Problem]:
 
     def walk(node, prefix: str) -> None:
         for key in node.keys() if isinstance(node, DictConfig) else range(len(node)):
-            full = f"{prefix}{key}"
+            full = f"{prefix}{key!s}"
             child = node._get_node(key)
-            if OmegaConf.is_interpolation(node, key):
+            if OmegaConf.is_interpolation(node, key):  # type: ignore[arg-type]  # a DictConfig's keys are its keys
                 problems.extend(_typed(child, full, node[key]))
             elif isinstance(child, (DictConfig, ListConfig)):
                 walk(child, f"{full}.")
@@ -135,7 +137,7 @@ def _typed(holder, key: str, value) -> list[Problem]:
         if isinstance(holder, ValueNode):
             holder.validate_and_convert(plain)
         elif isinstance(holder, ListConfig):
-            ListConfig(plain, element_type=meta.element_type, ref_type=meta.ref_type)
+            ListConfig(cast(list, plain), element_type=meta.element_type, ref_type=meta.ref_type)
         elif meta.object_type not in (None, dict):  # a dataclass's section
             OmegaConf.merge(OmegaConf.structured(meta.object_type), plain)
         else:

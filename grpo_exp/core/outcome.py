@@ -13,9 +13,10 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import cast
 
 from grpo_exp.core import rundir, vllm_log
-from grpo_exp.core.records import RankRecord, Status, Summary
+from grpo_exp.core.records import OomRecord, RankRecord, Status, Summary
 
 
 class Mismatch(RuntimeError):
@@ -116,15 +117,15 @@ def node_failed(run_dir: Path, node_rank: int, status: Status, error: str) -> No
     rundir.write_rank_record(run_dir, node_rank, {**own, "status": status, "error": error, "time": time.time()})
 
 
-def ended_on_node0(run_dir: Path, reported: RankRecord) -> Summary:
-    """A dedicated serving node's end: the status node 0 reported for the run (its result is on node 0)."""
+def ended_on_node0(run_dir: Path, reported: RankRecord) -> int:
+    """A dedicated serving node's end: the status node 0 reported for the run (its result is on node 0); its exit
+    code."""
     status = reported.get("status", Status.FAILED)
-    return write_status(
-        run_dir,
-        status if status in EXIT_CODES else Status.FAILED,
-        error=reported.get("error"),
-        note="dedicated serving node: the run's result is on node 0",
+    status = status if status in EXIT_CODES else Status.FAILED
+    write_status(
+        run_dir, status, error=reported.get("error"), note="dedicated serving node: the run's result is on node 0"
     )
+    return EXIT_CODES[status]
 
 
 def write_status(run_dir: Path, status: Status, **fields) -> Summary:
@@ -135,7 +136,14 @@ def write_status(run_dir: Path, status: Status, **fields) -> Summary:
     return rundir.write_summary(run_dir, status=status, exit_code=EXIT_CODES[status], ended_at=time.time(), **fields)
 
 
-def oom_details(exc: BaseException) -> dict | None:
+def exit_code(summary: Summary) -> int:
+    """An ended run's exit code; a summary.json without one (its processes gone while it still said running) is a
+    failure."""
+    code = summary.get("exit_code")
+    return EXIT_FAILED if code is None else code
+
+
+def oom_details(exc: BaseException) -> OomRecord | None:
     """{'kind': 'cuda'|'host', 'requested_bytes': ...} when `exc` is an out-of-memory error, else None."""
     import torch
 
@@ -155,7 +163,7 @@ def oom_details(exc: BaseException) -> dict | None:
 def classify(exc: BaseException, rank: int, phases=None) -> RankRecord:
     """A rank's record for the exception that ended it: status oom (where, how much), mismatch,
     interrupted or failed."""
-    record = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
+    record: RankRecord = {"error": f"{type(exc).__name__}: {exc}"[:4000], "time": time.time()}
     if phases is not None and phases.failed_phase:
         record["phase"] = phases.failed_phase
     if isinstance(exc, KeyboardInterrupt):
@@ -190,12 +198,13 @@ def _where(record: RankRecord) -> dict:
     return {k: record[k] for k in ("rank", "node", "host", "phase") if record.get(k) is not None}
 
 
-def explain(records: list[RankRecord]) -> RankRecord:
+def explain(records: list[RankRecord]) -> Summary:
     """The run's status as rank 0 can tell it before exiting (its W&B summary): the root cause's
     status and error over rank 0's own measurements."""
-    own = next((r for r in records if r.get("rank") == 0), {})
-    cause = root_cause(records) or own
-    own = {k: v for k, v in own.items() if k not in ("node", "host", "phase")}  # the cause's are `failed_at`
+    rank0 = next((r for r in records if r.get("rank") == 0), RankRecord())
+    cause = root_cause(records) or rank0
+    # rank 0's fields and its measurements, named by metric (memory/peak*), which no TypedDict can list
+    own = cast(Summary, {k: v for k, v in rank0.items() if k not in ("node", "host", "phase")})  # cause: `failed_at`
     return {
         **own,
         "status": cause.get("status", Status.FAILED),
@@ -219,8 +228,8 @@ def status_of(run_dir: Path, code: int) -> str:
 def concluded(run_dir: Path, code: int, started: float) -> Summary:
     """The run's final summary once its processes are gone: a SLURM job's node-0 task concluded it
     already (its wall_s is the job's run time, not the queue's); otherwise conclude it now."""
-    summary = rundir.read_summary(run_dir)
-    if summary.get("status") not in (None, Status.RUNNING):  # a dedicated serving node ended with the run's status
+    already_ended = rundir.read_summary(run_dir).get("status") not in (None, Status.RUNNING)
+    if already_ended:  # a dedicated serving node ended with the run's status
         summary = rundir.write_summary(run_dir, **vllm_log.summary_keys(_log_text(run_dir)))
         return summary if "wall_s" in summary else rundir.write_summary(run_dir, wall_s=time.time() - started)
     return conclude(run_dir, code, time.time() - started)
@@ -269,7 +278,8 @@ def conclude(run_dir: Path, code: int, wall_s: float) -> Summary:
                 + ", ".join(f"rank {r['rank']} (last in phase {r['phase']})" for r in silent)
                 + ": killed, or its node lost"
             )
-        return write_status(run_dir, ended.pop("status"), **ended, wall_s=wall_s)
+        status = ended.pop("status")
+        return write_status(run_dir, status, **dict(ended), wall_s=wall_s)
     if code == EXIT_OK:  # a node without rank 0: the run's summary lives on node 0
         return write_status(run_dir, Status.COMPLETED, wall_s=wall_s, note="rank 0's node holds the run's metrics")
     if code == EXIT_INTERRUPTED:

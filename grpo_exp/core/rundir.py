@@ -14,13 +14,15 @@ Pure Python (json, omegaconf): the driver uses it without importing torch.
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
 from grpo_exp import PHASES
 from grpo_exp.core import metrics
-from grpo_exp.core.records import RankRecord, Status
+from grpo_exp.core.records import RankRecord, Status, Summary
 
 CONFIG = "config.yaml"
 PLAN = "plan.json"
@@ -91,15 +93,17 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def write_summary(run_dir: Path, **fields) -> dict:
+def write_summary(run_dir: Path, **fields) -> Summary:
     """Merge `fields` into summary.json (atomic replace: readers never see half a file). Statuses
-    are written through outcome.write_status, which adds the exit code."""
+    are written through outcome.write_status, which adds the exit code. Its keys are Summary's fields and the
+    measurements' metric names (memory/peak*, plan/*, vllm/*): a TypedDict cannot name the latter, so the file's
+    text is typed as the Summary it holds."""
     summary = read_summary(run_dir)
     summary.update(_jsonable(fields))
     tmp = Path(run_dir) / (SUMMARY + ".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, Path(run_dir) / SUMMARY)
-    return summary
+    return cast(Summary, summary)
 
 
 def read_overrides(run_dir: Path) -> list[str]:
@@ -117,7 +121,7 @@ MEASURED_PEAK_STATS = ("device_used_max", "reserved_max", "host_rss_max")
 PHASE_TENSORS_STAT = "alloc_max"  # a phase on a GPU: the tensors alive, the allocator's sticky reserve left out
 
 
-def measured_peak(summary: dict, phase: str | None = None) -> tuple[str, float] | None:
+def measured_peak(summary: Mapping[str, Any], phase: str | None = None) -> tuple[str, float] | None:
     """(stat, GiB) of the run's measured training peak (in `phase`, if given), or None if nothing was measured."""
     for stat in MEASURED_PEAK_STATS:
         value = summary.get(metrics.peak_phase(phase, stat) if phase else metrics.peak("train", stat))
@@ -137,7 +141,7 @@ def read_phase(run_dir: Path, rank: int) -> str | None:
     return (path.read_text().strip() or None) if path.exists() else None
 
 
-def phase_measure(summary: dict, phase: str) -> tuple[str, float | None, float | None]:
+def phase_measure(summary: Mapping[str, Any], phase: str) -> tuple[str, float | None, float | None]:
     """(stat, measured GiB, planned GiB) of one phase, like with like: on a GPU the tensors alive (alloc_max) against
     the plan's tensors (the phase less its runtime and allocator_reserve: the caching allocator keeps the largest
     phase's blocks, so a phase's reserve says nothing of the phase); on CPU ranks the RSS against the phase."""
@@ -159,7 +163,7 @@ OPTIMIZED_METRICS = {
 }
 
 
-def optimized(summary: dict, metric: str) -> float | None:
+def optimized(summary: Mapping[str, Any], metric: str) -> float | None:
     """The value of `metric` (optimized_metric) in a run's summary, None where the run has none."""
     key, _ = OPTIMIZED_METRICS.get(metric, (metric, None))
     if key == "peak_memory":
@@ -178,7 +182,7 @@ def direction(metric: str) -> str:
     )
 
 
-def plan_errors(summary: dict) -> dict[str, float]:
+def plan_errors(summary: Mapping[str, Any]) -> dict[str, float]:
     """The planner's error per phase and on the peak, like with like (phase_measure; the peak as measured_peak),
     in percent of the measured value: the keys a tracker and `compare` show."""
     out = {}
@@ -211,15 +215,19 @@ def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text()) if Path(path).exists() else {}
 
 
-def read_summary(run_dir: Path) -> dict:
-    return read_json(Path(run_dir) / SUMMARY)
+def read_summary(run_dir: Path) -> Summary:
+    return cast(Summary, read_json(Path(run_dir) / SUMMARY))
 
 
-def write_rank_record(run_dir: Path, rank: int, record: RankRecord) -> None:
-    """Each rank records its own end (outcome.py reads them): rank 0 may never hear of a peer's."""
+def write_rank_record(
+    run_dir: Path, rank: int, record: RankRecord, measurements: Mapping[str, float] | None = None
+) -> None:
+    """Each rank records its own end (outcome.py reads them): rank 0 may never hear of a peer's. Rank 0's
+    `measurements` (memory/peak*, measured/*, plan/*: named by metric, so no field of RankRecord) go beside it."""
     folder = Path(run_dir) / RANKS
     folder.mkdir(exist_ok=True)
-    (folder / f"rank{rank}.json").write_text(json.dumps(_jsonable({"rank": rank, **record}), indent=2))
+    whole = {"rank": rank, **record, **(measurements or {})}
+    (folder / f"rank{rank}.json").write_text(json.dumps(_jsonable(whole), indent=2))
 
 
 def clear_rank_records(run_dir: Path) -> None:
@@ -234,7 +242,7 @@ def node_subdir(node_rank: int) -> str:
     return f"{NODES}/{node_rank}/" if node_rank > 0 else ""
 
 
-def holds_run(run_dir: Path) -> dict | None:
+def holds_run(run_dir: Path) -> Summary | None:
     """The summary of the run `run_dir` already holds, or None. A dir holding only a plan
     (action=plan) holds no run yet: running it there is the natural next step."""
     summary = read_summary(run_dir)

@@ -1,8 +1,10 @@
 """One run as `grpo-exp compare` and the trackers' readers see it: its name, the overrides it was given, its
 summary, its run dir where it is local."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grpo_exp.core import metrics, rundir
 from grpo_exp.core.records import Status
@@ -12,7 +14,7 @@ from grpo_exp.core.records import Status
 class Run:
     name: str
     overrides: dict[str, str]
-    summary: dict
+    summary: Mapping[str, Any]  # summary.json, or what a tracker kept of it
     path: Path | None = None  # the run dir (local runs)
     # with --calibration: the planner's train-phase error before and after the factors (percent)
     train_error_pct: float | None = None

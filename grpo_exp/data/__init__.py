@@ -17,12 +17,30 @@ import importlib
 import inspect
 import json
 import sys
-from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from omegaconf import DictConfig
 
 from grpo_exp import Problem, import_failure, locate
 from grpo_exp.core import plain
+
+
+class Loader(Protocol):
+    """A shipped loader as this module calls it: a module of this package. Where it applies it also has
+    `prompts(data, seed)`, READS_PATH, PROMPTS_FROM_ENVIRONMENT or SPLITS (read with their defaults when absent). A
+    user's loader is a function instead, called with the keywords it takes (load)."""
+
+    def load(self, data: DictConfig, seed: int) -> Any:
+        """A `datasets.Dataset`, or None where the environment gives every prompt."""
+
+    def scan(self, data: DictConfig) -> tuple[set[str] | None, int | None, str] | list[Problem]:
+        """(columns, rows, where) before launch, without `datasets` (None: not known here), or what stops reading it."""
+
+
+if TYPE_CHECKING:  # mypy holds each shipped loader to the protocol (at run time each is imported when named)
+    from grpo_exp.data import files, gsm8k, none, toy_math
+
+    _SHIPPED: tuple[Loader, ...] = (files, gsm8k, none, toy_math)
 
 _LOADED: dict[str, object] = {}  # a user's loader's dataset, per loader and seed: called once a process
 
@@ -41,24 +59,24 @@ def target(data: DictConfig) -> str:
     return str(_mapping(data).get("_target_", ""))
 
 
-def component(data: DictConfig) -> ModuleType | None:
+def component(data: DictConfig) -> Loader | None:
     """The shipped loader's module (grpo_exp.data.<name>), or None for a user's own function."""
     module = target(data).rpartition(".")[0]
     if module.startswith(f"{__name__}."):
-        return sys.modules.get(module) or importlib.import_module(module)
+        return cast(Loader, sys.modules.get(module) or importlib.import_module(module))
     return None
 
 
 def name(data: DictConfig) -> str:
     """What messages call the loader: the shipped module's name (toy_math), or the user's dotted path."""
-    found = component(data)
-    return found.__name__.rpartition(".")[2] if found is not None else target(data)
+    module = target(data).rpartition(".")[0]
+    return module.rpartition(".")[2] if component(data) is not None else target(data)
 
 
 def load(data: DictConfig, seed: int):
     """The loader's dataset (None: the environment gives the prompts)."""
     function = locate(target(data))
-    if not callable(function):  # checks.py refused it before launch; a caller that skipped them learns it here
+    if not callable(function):  # the checks before launch refused it; a caller that skipped them learns it here
         raise TypeError(f"data.loader._target_={target(data)!r} is not a function")
     kwargs = {k: v for k, v in _mapping(data).items() if k != "_target_"}
     parameters = inspect.signature(function).parameters

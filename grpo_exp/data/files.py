@@ -1,7 +1,8 @@
 """data=hf (and gsm8k, jsonl): anything `datasets.load_dataset` reads at data.path: a hub id, a `save_to_disk`
 directory, a folder of data files, or a .json/.jsonl/.csv/.parquet file. Before launch a local file or saved
 dataset is scanned without `datasets` (json, csv and pyarrow only): unreadable or empty files with file and line,
-its columns and rows (data/checks.py checks them); hub datasets and folders of data files are read in the worker.
+its columns and rows (data/columns_and_rows.py checks them); hub datasets and folders of data files are read in the
+worker.
 """
 
 import csv
@@ -115,8 +116,9 @@ def _scan_json(path: Path, prompt_column: str) -> tuple[set[str], int]:
                 )
             ]
         )
-    columns = {key for _, row in numbered for key in row}
-    lacking = [n for n, row in numbered if prompt_column not in row]
+    objects = [(n, row) for n, row in numbered if isinstance(row, dict)]  # every row, now typed as one
+    columns = {key for _, row in objects for key in row}
+    lacking = [n for n, row in objects if prompt_column not in row]
     if prompt_column in columns and lacking:
         raise _Unreadable(
             [
@@ -258,8 +260,8 @@ def column_values(cfg: DictConfig, column: str) -> set | None:
             if text.lstrip().startswith("[")
             else [json.loads(ln) for ln in text.splitlines() if ln.strip()]
         )
-        values = [row[column] for row in rows if column in row]
-        return set(map(str, values)) if values else None
+        found = [row[column] for row in rows if column in row]
+        return set(map(str, found)) if found else None
     if path.suffix == ".csv":
         with open(path, newline="", errors="replace") as f:
             reader = csv.DictReader(f)

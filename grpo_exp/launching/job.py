@@ -14,6 +14,7 @@ prints the run report after; tests call run() in-process with a config they comp
 import logging
 import shutil
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,15 +22,13 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import Problem
-from grpo_exp.config import checks as config_checks
-from grpo_exp.config import errors, keys, resume
+from grpo_exp.config import errors, keys, resume, value_rules
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
-from grpo_exp.core.records import Status
+from grpo_exp.core.records import Status, Summary
 from grpo_exp.launching import launch, launchers, ports, preflight
 from grpo_exp.models import model_info
-from grpo_exp.planning import checks as plan_checks
-from grpo_exp.planning import fixes, placement, plan_file, planner
+from grpo_exp.planning import fixes, placement, plan_file, plan_rules, planner
 from grpo_exp.planning.report import headline, print_plan
 
 log = logging.getLogger("grpo_exp")
@@ -57,7 +56,7 @@ class Ended:
 
     code: int
     run_dir: Path | None
-    summary: dict = field(default_factory=dict)
+    summary: Summary = field(default_factory=Summary)
     launched: bool = False
     memory: planner.MemoryPlan | None = None
 
@@ -85,7 +84,8 @@ def run(job: Job) -> Ended:
     cards = gpus.detect() if job.gpus is None else []  # this machine's cards: what topology=local plans against
     if not problems:  # the checks read what finalize fills in (model=auto's numbers)
         plan, problems = check(cfg, run_dir, launch.visible_gpus() if job.gpus is None else job.gpus, cards)
-    if job.unknown or problems:  # unknown keys were left out of composing: the rest was checked beside them
+    # unknown keys were left out of composing: the rest was checked beside them; there is a plan where no problem is
+    if job.unknown or problems or plan is None:
         return _refuse(run_dir, job.unknown + problems, job.sweeping)
     memory = _memory_plan(cfg, plan)
     memory.notes = job.notes + memory.notes
@@ -117,8 +117,8 @@ def run(job: Job) -> Ended:
             + "".join(f": {e}" for e in memory.errors[:1] if e.startswith("host RAM"))
             + "; see plan.json (preflight.on_oom=warn runs anyway)",
         )
-        log.error("refused: predicted OOM (exit %d); preflight.on_oom=warn tries anyway", summary["exit_code"])
-        return Ended(summary["exit_code"], run_dir, summary, memory=memory)
+        log.error("refused: predicted OOM (exit %d); preflight.on_oom=warn tries anyway", outcome.EXIT_PREDICTED_OOM)
+        return Ended(outcome.EXIT_PREDICTED_OOM, run_dir, summary, memory=memory)
     return _launch(cfg, run_dir, plan, job)
 
 
@@ -144,7 +144,7 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
 
 def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placement.Plan | None, list[Problem]]:
     """The launch plan of a finalized `cfg` and every problem with it, stage by stage: the config alone
-    (config/checks.py), then what needs the plan (planning/checks.py), then this machine
+    (config/value_rules.py), then what needs the plan (planning/plan_rules.py), then this machine
     (launching/preflight.py: all of it for action=run, the data files it can see for action=plan). A stage
     runs when the keys it reads passed the stages before; every problem found is reported together."""
     plan, problems = _placed(cfg, run_dir / rundir.CONFIG, gpus, cards)
@@ -156,17 +156,17 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placemen
 
 def _placed(cfg: DictConfig, config_path: Path, gpus: int, cards=()) -> tuple[placement.Plan | None, list[Problem]]:
     """The launch plan of a finalized `cfg` and the problems the config and the plan have (stages 1 and 2)."""
-    problems = config_checks.check(cfg)
-    if {p.key for p in problems} & (config_checks.PLAN_INPUTS | plan_checks.BATCH_INPUTS):
+    problems = value_rules.check(cfg)
+    if {p.key for p in problems} & (value_rules.PLAN_INPUTS | plan_rules.BATCH_INPUTS):
         return None, problems  # a plan for 0 processes (or 10^30 nodes) says nothing useful
     plan = placement.make_plan(cfg, str(config_path), detected_gpus=gpus, cards=cards)
-    return plan, problems + plan_checks.check(cfg, plan)
+    return plan, problems + plan_rules.check(cfg, plan)
 
 
 def verdict(
     cfg: DictConfig,
     gpus: int,
-    explicit: set[str] = frozenset(),
+    explicit: AbstractSet[str] = frozenset(),
     config_path: Path = Path(rundir.CONFIG),
     frozen: bool = False,
 ) -> tuple[placement.Plan | None, planner.MemoryPlan | None, list[Problem]]:
@@ -178,8 +178,8 @@ def verdict(
     differ): planned as it is, the memory plan the driver made before deciding to run it.
     (plan, memory plan, problems); no memory plan with problems."""
     if frozen:
-        plan = placement.make_plan(cfg, str(config_path), detected_gpus=gpus)
-        return plan, planner.memory_plan(cfg, plan), []
+        as_ran = placement.make_plan(cfg, str(config_path), detected_gpus=gpus)
+        return as_ran, planner.memory_plan(cfg, as_ran), []
     problems = finalize(cfg, set(explicit), None)
     if problems:
         return None, None, problems
@@ -206,17 +206,17 @@ def reused_run_dir(run_dir: Path) -> Problem | None:
 def _resumed(cfg: DictConfig, run_dir: Path, overrides: list[str]):
     """resume=<run dir>: (its frozen config with the resumable overrides, its dir, None), or how the job
     ended when there is nothing to resume (refused, or completed already)."""
-    cfg, problems = resume.load(cfg, overrides)
+    resumed, problems = resume.load(cfg, overrides)
     _remove_if_empty(run_dir)
-    if problems:
+    if resumed is None or problems:
         errors.report("\n".join(map(str, problems)))
         return None, None, Ended(outcome.EXIT_INVALID, None)
-    run_dir = Path(cfg.resume)
+    run_dir = Path(resumed.resume)
     done = rundir.read_summary(run_dir)
-    if done.get("status") == Status.COMPLETED and 0 <= cfg.trainer.max_steps <= (done.get("global_step") or 0):
+    if done.get("status") == Status.COMPLETED and 0 <= resumed.trainer.max_steps <= (done.get("global_step") or 0):
         log.info("%s already completed at step %s; nothing to resume", run_dir, done.get("global_step"))
         return None, None, Ended(outcome.EXIT_OK, run_dir, done)
-    return cfg, run_dir, None
+    return resumed, run_dir, None
 
 
 def _refuse(run_dir: Path, problems: list[Problem], sweeping: bool) -> Ended:
@@ -289,7 +289,8 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
     outcome.started(run_dir, world_size=plan.world_size, node_rank=node.node_rank)
     log.info("run dir %s", run_dir)
     launcher = launchers.of(cfg)
-    if launcher.detaches(cfg, job.sweeping, job.independent_trials):  # submitted: the driver goes on
+    detaching = launcher.detaches(cfg, job.sweeping, job.independent_trials)
+    if detaching and isinstance(launcher, launchers.Submitter):  # submitted: the driver goes on
         code, summary = launcher.submit(cfg, run_dir, plan)
         if code != outcome.EXIT_OK:
             log.error("%s: %s", run_dir.name, summary.get("error"))
@@ -306,7 +307,7 @@ def _launch(cfg: DictConfig, run_dir: Path, plan, job: Job) -> Ended:
         code = outcome.EXIT_HANG_PREVENTED
     summary = outcome.concluded(run_dir, code, started)
     log.info("%s in %.1fs -> %s", summary["status"], summary["wall_s"], run_dir / rundir.SUMMARY)
-    return Ended(summary["exit_code"], run_dir, summary, launched=True)
+    return Ended(outcome.exit_code(summary), run_dir, summary, launched=True)
 
 
 def _fitted(item: str) -> dict:

@@ -14,10 +14,10 @@ from grpo_exp import data as loaders
 from grpo_exp.config import env
 from grpo_exp.config.rewards import reward_columns
 from grpo_exp.core import packages
-from grpo_exp.data import checks as data_checks
+from grpo_exp.data import columns_and_rows
 from grpo_exp.data import files as data_files
 from grpo_exp.launching import ports, versions
-from grpo_exp.planning.checks import generation_batch_size
+from grpo_exp.planning.plan_rules import generation_batch_size
 
 
 def check_machine(cfg: DictConfig, plan, gpus: int) -> list[Problem]:
@@ -238,7 +238,7 @@ def check(cfg: DictConfig, plan, gpus: int, batch_known: bool = True) -> list[Pr
         check_machine(cfg, plan, gpus)
         + check_model_path(cfg)
         + check_libraries(cfg)
-        + data_checks.check(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
+        + columns_and_rows.check(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
         + check_environment_column(cfg)
         + check_environment_servers(cfg)
         + check_working_dir(cfg)
@@ -254,7 +254,7 @@ def check_data(cfg: DictConfig, plan, batch_known: bool = True) -> list[Problem]
     per_batch = generation_batch_size(cfg, plan.world_size) // cfg.trainer.num_generations if batch_known else None
     problems = []
     if not loaders.reads_path(cfg.data) or _here(cfg.data.path):  # generated, the user's own, or a local path
-        problems += data_checks.check(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
+        problems += columns_and_rows.check(cfg.data, reward_columns(cfg), per_batch, bool(env.factories(cfg)))
         problems += check_environment_column(cfg)
     if _here(cfg.data.eval_path):
         problems += _eval_data(cfg)
@@ -296,7 +296,7 @@ def _eval_data(cfg: DictConfig) -> list[Problem]:
         },
     )
     assert isinstance(held_out, DictConfig)  # cfg.data merged with a mapping
-    found = data_checks.check(held_out, reward_columns(cfg))
+    found = columns_and_rows.check(held_out, reward_columns(cfg))
     return [
         Problem(
             "data.eval_path" if p.key == "data.path" else p.key, p.why, p.fix.replace("data.path", "data.eval_path")

@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from grpo_exp.config import fingerprint
 from grpo_exp.core import outcome
 from grpo_exp.core.outcome import Mismatch
-from grpo_exp.core.records import Status
+from grpo_exp.core.records import RankRecord, Status
 from grpo_exp.launching.vllm_server import bind_address
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Agent:
     def __init__(self, cfg: DictConfig):
         self.fingerprint = _fingerprint(cfg)
         self.stopped = threading.Event()
-        self.outcome: dict = {}
+        self.outcome: RankRecord = {}  # {status, error} as node 0 reported the run's end
         agent = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -83,7 +83,7 @@ def serve_until_stopped(cfg: DictConfig, server, run_dir) -> int:
                 return outcome.EXIT_FAILED
     finally:
         agent.close()
-    return outcome.ended_on_node0(run_dir, agent.outcome)["exit_code"]
+    return outcome.ended_on_node0(run_dir, agent.outcome)
 
 
 def _agent_url(cfg: DictConfig, path: str) -> str:

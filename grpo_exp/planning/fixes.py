@@ -3,6 +3,7 @@ experiment the same (`fit`, preflight.on_oom=fit). Each candidate is re-planned 
 """
 
 from dataclasses import replace
+from typing import Any
 
 from omegaconf import DictConfig
 
@@ -10,6 +11,9 @@ from grpo_exp import DECODER_LINEAR_LAYERS, GIB
 from grpo_exp.planning.inputs import Inputs, inputs
 from grpo_exp.planning.lora import lora_params
 from grpo_exp.planning.memory import Estimate, estimate
+
+Change = tuple[str, Any, Inputs, str]  # a ranked fix: its key, its value, the inputs it makes, what it says
+Edit = tuple[str, Any, Any]  # on_oom=fit's change to the config: its key, its old value, its new one
 
 
 def _largest(lo: int, hi: int, fits) -> int | None:
@@ -29,8 +33,10 @@ def _peak(e: Estimate) -> float:
 def _saved(base: Estimate, changed: Estimate) -> float:
     """Bytes a change saves on the role that binds: the training GPU or the vLLM server GPU that is
     over its capacity (a server's GPU is full by design, so the larger peak may not be the one in the way)."""
-    roles = [("train", base.train, changed.train)] + ([("vllm", base.vllm, changed.vllm)] if base.vllm else [])
-    binding = [(b, c) for _, b, c in roles if not b.fits] or [(b, c) for _, b, c in roles]
+    roles = [(base.train, changed.train)]
+    if base.vllm is not None and changed.vllm is not None:
+        roles.append((base.vllm, changed.vllm))
+    binding = [(b, c) for b, c in roles if not b.fits] or roles
     return max(b.peak - c.peak for b, c in binding)
 
 
@@ -50,17 +56,22 @@ def suggest(x: Inputs) -> list[dict]:
     return sorted(out, key=lambda s: (not s["fits"], -s["saves_gib"]))
 
 
-def _bound(x: Inputs, key: str, field_name: str, lo: int, hi: int) -> list[tuple]:
+def _sized(x: Inputs, field_name: str, value: int) -> Inputs:
+    size: dict[str, Any] = {field_name: value}
+    return replace(x, **size)
+
+
+def _bound(x: Inputs, key: str, field_name: str, lo: int, hi: int) -> list[Change]:
     """The largest value of one size that fits, or its smallest where none does (it helps, not enough alone)."""
-    best = _largest(lo, hi, lambda v: estimate(replace(x, **{field_name: v})).fits)
+    best = _largest(lo, hi, lambda v: estimate(_sized(x, field_name, v)).fits)
     if best is not None and best < hi:
-        return [(key, best, replace(x, **{field_name: best}), f"{key} <= {best} fits")]
+        return [(key, best, _sized(x, field_name, best), f"{key} <= {best} fits")]
     if best is None and lo < getattr(x, field_name):
-        return [(key, lo, replace(x, **{field_name: lo}), f"{key}={lo} helps but is not enough alone")]
+        return [(key, lo, _sized(x, field_name, lo), f"{key}={lo} helps but is not enough alone")]
     return []
 
 
-def _shape_changes(x: Inputs) -> list[tuple]:
+def _shape_changes(x: Inputs) -> list[Change]:
     """(key, value, the inputs changed, text) for the run's sizes: batch, checkpointing, lengths, the reference."""
     changes = _bound(x, "trainer.per_device_train_batch_size", "batch", 1, x.batch)
     if not x.checkpointing:
@@ -79,9 +90,9 @@ def _shape_changes(x: Inputs) -> list[tuple]:
     return changes
 
 
-def _sharding_changes(x: Inputs) -> list[tuple]:
+def _sharding_changes(x: Inputs) -> list[Change]:
     """ZeRO stages, FSDP2, offload and LoRA: the switches that keep the run's sizes."""
-    changes = []
+    changes: list[Change] = []
     for stage in (2, 3):
         if x.zero_stage < stage and x.world_size > 1 and not x.fsdp:
             changes.append(("deepspeed", f"zero{stage}", replace(x, zero_stage=stage), f"deepspeed=zero{stage}"))
@@ -107,9 +118,9 @@ def _sharding_changes(x: Inputs) -> list[tuple]:
     return changes
 
 
-def _vllm_changes(x: Inputs, base) -> list[tuple]:
+def _vllm_changes(x: Inputs, base: Estimate) -> list[Change]:
     """A colocated engine's share of the GPU and its sleep; a server that does not fit its GPUs."""
-    changes = []
+    changes: list[Change] = []
     if x.vllm_mode == "colocate":
         utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]
         fitting = [u for u in utils if estimate(replace(x, vllm_util=u)).fits]
@@ -141,7 +152,7 @@ def _vllm_changes(x: Inputs, base) -> list[tuple]:
     return changes
 
 
-def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
+def fit(cfg: DictConfig, plan) -> list[Edit] | None:
     """preflight.on_oom=fit: the changes (key, old, new) that make a predicted OOM fit while the
     experiment stays the same, or None. First a smaller per-device batch with more accumulation
     steps (the batch per optimizer step and the generation batch unchanged: the same updates,
@@ -149,7 +160,7 @@ def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
     optimizer offload), then both."""
     x = inputs(cfg, plan)
     t = cfg.trainer
-    switches = []
+    switches: list[tuple[list[Edit], dict[str, Any]]] = []
     if not x.checkpointing:
         switches.append(
             ([("trainer.activation_checkpointing", t.activation_checkpointing, True)], {"checkpointing": True})
@@ -164,9 +175,9 @@ def fit(cfg: DictConfig, plan) -> list[tuple[str, object, object]] | None:
             )
         )
 
-    def split(b: int) -> tuple[list, dict]:
+    def split(b: int) -> tuple[list[Edit], dict[str, Any]]:
         factor = x.batch // b
-        changes = [
+        changes: list[Edit] = [
             ("trainer.per_device_train_batch_size", x.batch, b),
             (
                 "trainer.gradient_accumulation_steps",

@@ -68,12 +68,12 @@ def model_states(x: Inputs) -> dict[str, float]:
     frozen = x.base_weight_bytes() / wb if x.lora_params else 0  # in model.dtype units, quantized layers at their bytes
     if x.fsdp:  # FSDP2: every state a DTensor sharded over the shard group, AdamW's moments beside its shard
         on_gpu = 0.0 if x.fsdp_offload else 1.0  # offloaded: in host RAM (host_memory.py), the step on CPU
-        shard = x.fsdp_shard
+        shards = x.fsdp_shard
         return {
-            "weights": on_gpu * (frozen * wb + trainable * tb) / shard,
-            "gradients": on_gpu * trainable * tb / shard,
+            "weights": on_gpu * (frozen * wb + trainable * tb) / shards,
+            "gradients": on_gpu * trainable * tb / shards,
             "fp32_gradients": 0.0,  # AdamW steps on the gradients backward left
-            "optimizer": on_gpu * 2 * trainable * tb / shard,
+            "optimizer": on_gpu * 2 * trainable * tb / shards,
         }
     if x.zero_stage == 0:
         return {
@@ -83,7 +83,7 @@ def model_states(x: Inputs) -> dict[str, float]:
             "optimizer": 2 * trainable * tb,  # AdamW exp_avg + exp_avg_sq, in the parameters' dtype
         }
 
-    def shard(b):
+    def shard(b: float) -> float:
         return b / n
 
     weights = (frozen * wb + trainable * tb) if x.zero_stage < 3 else shard(frozen * wb + trainable * tb)
@@ -94,7 +94,7 @@ def model_states(x: Inputs) -> dict[str, float]:
     # sub-group at a time, freed after its update, so at most sub_group_size of them live at once. Training in
     # fp32 has no second copy; an offloaded optimizer makes it in host RAM.
     grads16 = shard(trainable * tb)
-    fp32_grads = 0 if tb == 4 else shard(trainable * 4)
+    fp32_grads = 0.0 if tb == 4 else shard(trainable * 4)
     if x.zero_stage == 3 and tb != 4:
         # a sub-group takes whole parameters' partitions until it passes sub_group_size, so one with a single
         # large partition (the embedding's) is that large whatever sub_group_size says (measured: tests/zero_probe)
@@ -230,6 +230,7 @@ def _generation_terms(x: Inputs) -> dict[str, float]:
     kv_cache = families.hf_cache_bytes(x, seq, x.batch * x.steps_per_generation)
     generates_gathered = x.vllm_mode == "off" and x.ds3_gather_for_generation
     merges_adapters = x.vllm_mode != "off" and x.lora_params  # the weight sync gathers all to merge LoRA
+    gather: float
     if x.zero_stage == 3 and (generates_gathered or merges_adapters):
         gather = x.params * x.dtype_bytes
     elif x.zero_stage == 3:  # the largest module: the embedding in fp32, or a MoE layer's experts

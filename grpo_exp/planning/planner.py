@@ -16,10 +16,10 @@ from grpo_exp import GIB
 from grpo_exp import data as loaders
 from grpo_exp.config import env
 from grpo_exp.planning import host_memory, placement, vllm_engine
-from grpo_exp.planning.checks import generation_batch_size
 from grpo_exp.planning.fixes import suggest
 from grpo_exp.planning.inputs import Inputs, host_capacity_bytes, image_tokens, inputs
 from grpo_exp.planning.memory import estimate, sync_copy_bytes
+from grpo_exp.planning.plan_rules import generation_batch_size
 
 
 @dataclass
@@ -276,7 +276,7 @@ def _setting_notes(cfg: DictConfig, x: Inputs) -> list[str]:
     notes = placement.cpu_notes(cfg) if x.vllm_mode != "off" and x.device == "cpu" else []
     needed = x.prompt + x.completion
     short = cfg.vllm.max_model_length is not None and cfg.vllm.max_model_length < needed
-    if x.vllm_mode != "off" and short and not env.active(cfg):  # with tools it is refused (planning/checks.py)
+    if x.vllm_mode != "off" and short and not env.active(cfg):  # with tools it is refused (planning/plan_rules.py)
         notes.append(
             f"vllm.max_model_length {cfg.vllm.max_model_length} < prompt + completion ({needed} tokens): vLLM ends "
             "such generations at its limit, so long prompts get shorter completions (the plan sizes the KV cache by "

@@ -76,14 +76,17 @@ def _nest_model_init_kwargs(exp: Experiment) -> None:
     model_init_kwargs mapping, if it has one (the YAML holds one node there, not both)."""
     whole = exp.values.get("trainer.model_init_kwargs")
     inner = [k for k in exp.values if k.startswith("trainer.model_init_kwargs.")]
-    if not inner or not isinstance(whole and whole[0], dict):
+    if not inner or whole is None:
         return
-    merged = dict(whole[0])
+    value, source = whole
+    if not isinstance(value, dict):
+        return
+    merged = dict(value)
     for key in inner:
         merged[key.rsplit(".", 1)[-1]] = exp.values.pop(key)[0]
     exp.values["trainer.model_init_kwargs"] = (
         merged,
-        f"{whole[1]}, with {', '.join(k.rsplit('.', 1)[-1] for k in inner)}",
+        f"{source}, with {', '.join(k.rsplit('.', 1)[-1] for k in inner)}",
     )
 
 
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"grpo-exp recipe: {exc}", file=sys.stderr)
         return 2
     for flag, value in (("--num-processes", args.num_processes), ("--num-machines", args.num_machines)):
-        if value is not None and (to_int(value) is None or to_int(value) < 1):
+        if value is not None and (to_int(value) or 0) < 1:
             print(f"grpo-exp recipe: {flag} {value!r}: a whole number >= 1", file=sys.stderr)
             return 2
     exp = build(recipe, accelerate, deepspeed, out.stem, set(args.skip), args.num_processes, args.num_machines)

@@ -10,7 +10,9 @@ file is written (calibration.py owns its format, the fit and how the planner app
 """
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from grpo_exp import GIB
 from grpo_exp.config.model_schema import ModelConfig
@@ -20,7 +22,7 @@ from grpo_exp.planning import inputs, memory, plan_file, vllm_engine
 from grpo_exp.planning.calibration import ENGINE, HOST, fit, fit_ratio, predict
 
 
-def measured_train_gib(summary: dict) -> tuple[str, float] | None:
+def measured_train_gib(summary: Mapping[str, Any]) -> tuple[str, float] | None:
     """The train phase's measured peak (rundir.measured_peak: the same stat every report shows)."""
     found = rundir.measured_peak(summary, phase="train")
     return found if found and found[1] else None
@@ -56,7 +58,7 @@ def sample(run_dir: Path) -> dict | None:
     }
 
 
-def host_sample(summary: dict) -> dict | None:
+def host_sample(summary: Mapping[str, Any]) -> dict | None:
     """A GPU node's processes in host RAM: measured (the fullest node's RSS less the planned offloaded and loaded
     terms) and planned (host_memory.py's runtime); None without both figures."""
 
@@ -67,7 +69,7 @@ def host_sample(summary: dict) -> dict | None:
     return {"logged": node_rss - (planned - runtime), "planned": runtime}
 
 
-def engine_sample(summary: dict, x) -> dict | None:
+def engine_sample(summary: Mapping[str, Any], x) -> dict | None:
     """What the engine's budget holds besides weights and KV cache: as vLLM logged it (the budget less its own
     weights and KV cache) and as the uncalibrated planner has it; None when vLLM logged neither figure."""
 

@@ -5,7 +5,9 @@ status, steps, reward first -> last, tokens/s, the time share of each phase, and
 phase the measured peak beside the planner's with the error; for an OOM, where and how much.
 """
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from grpo_exp import GIB, PHASES
 from grpo_exp.core import metrics, rundir
@@ -13,7 +15,7 @@ from grpo_exp.core.metrics import VLLM
 from grpo_exp.core.records import Status
 
 
-def _measure(summary: dict) -> str:
+def _measure(summary: Mapping[str, Any]) -> str:
     """The measured stat a report shows (rundir.measured_peak: the allocator on a GPU, the RSS on a CPU)."""
     found = rundir.measured_peak(summary)
     return found[0] if found else "host_rss_max"
@@ -24,7 +26,7 @@ def printable(text: str) -> str:
     return "".join(c if c.isprintable() or c in "\t" else repr(c)[1:-1] for c in text)
 
 
-def _compared(summary: dict) -> str:
+def _compared(summary: Mapping[str, Any]) -> str:
     """What the memory table compares, said in its title."""
     peak = _measure(summary)
     phase = rundir.phase_measure(summary, "train")[0]
@@ -43,7 +45,7 @@ def _error(measured, planned) -> str:
     return f"{100 * (planned - measured) / measured:+.0f}%"
 
 
-def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
+def memory_rows(summary: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(role, phase, measured GiB, planned GiB, planner error) for every phase with either value."""
     stat = _measure(summary)
     rows = []
@@ -93,7 +95,7 @@ def memory_rows(summary: dict) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def headline(summary: dict) -> list[str]:
+def headline(summary: Mapping[str, Any]) -> list[str]:
     first, last = (summary.get("first_metrics") or {}).get("reward"), (summary.get("final_metrics") or {}).get("reward")
     parts = [f"{summary.get('status', 'unknown')} (exit {summary.get('exit_code')})"]
     if summary.get("global_step") is not None:
@@ -128,7 +130,7 @@ def headline(summary: dict) -> list[str]:
 ENGINE_ROWS = ("weights", "profile_activations", "non_torch", "cuda_graphs", "kv_cache")
 
 
-def engine_rows(summary: dict) -> list[tuple[str, str, str, str]]:
+def engine_rows(summary: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
     """(component, logged by vLLM, planned, planner error) per engine GPU; [] when vLLM logged nothing."""
     if not any(k.startswith(metrics.vllm_startup("")) for k in summary):
         return []
@@ -142,12 +144,12 @@ def engine_rows(summary: dict) -> list[tuple[str, str, str, str]]:
             rows.append((part, _gib(logged), _gib(planned), _error(logged, planned)))
     logged, planned = summary.get(metrics.vllm_startup("kv_tokens")), summary.get(metrics.plan_engine("kv_tokens"))
     if logged is not None or planned is not None:
-        tokens = [f"{v:,.0f}" if isinstance(v, (int, float)) else "-" for v in (logged, planned)]
-        rows.append(("kv_cache tokens", *tokens, _error(logged, planned)))
+        logged_text, planned_text = (f"{v:,.0f}" if isinstance(v, (int, float)) else "-" for v in (logged, planned))
+        rows.append(("kv_cache tokens", logged_text, planned_text, _error(logged, planned)))
     return rows
 
 
-def _tool_line(summary: dict) -> str | None:
+def _tool_line(summary: Mapping[str, Any]) -> str | None:
     """An agentic run's tool use, first and last logging step (TRL's tools/* metrics)."""
     first, last = (summary.get(k) or {} for k in ("first_metrics", "final_metrics"))
     if last.get(metrics.TOOL_CALLS) is None:
@@ -161,7 +163,7 @@ def _tool_line(summary: dict) -> str | None:
     )
 
 
-def print_report(run_dir: Path, summary: dict | None = None) -> None:
+def print_report(run_dir: Path, summary: Mapping[str, Any] | None = None) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -174,14 +176,8 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
     # titles on a line of their own: a table's title wraps at the table's width (~55 columns)
     console.print(f"[italic]{_compared(summary)}")
     table = Table()
-    for column, justify in (
-        ("role", "left"),
-        ("phase", "left"),
-        ("measured", "right"),
-        ("planned", "right"),
-        ("plan error", "right"),
-    ):
-        table.add_column(column, justify=justify)
+    for column in ("role", "phase", "measured", "planned", "plan error"):
+        table.add_column(column, justify="left" if column in ("role", "phase") else "right")
     for row in memory_rows(summary):
         table.add_row(*row)
     console.print(table)
@@ -191,6 +187,6 @@ def print_report(run_dir: Path, summary: dict | None = None) -> None:
         engine = Table()
         for column in ("component", "logged", "planned", "plan error"):
             engine.add_column(column, justify="left" if column == "component" else "right")
-        for row in rows:
-            engine.add_row(*row)
+        for engine_row in rows:
+            engine.add_row(*engine_row)
         console.print(engine)

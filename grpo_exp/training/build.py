@@ -11,15 +11,15 @@ import logging
 import os
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp import trackers
 from grpo_exp.config import env
 from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import VllmConfig
 from grpo_exp.config.trl_schema import VllmFields
-from grpo_exp.core import rundir
-from grpo_exp.data.checks import row_problems
+from grpo_exp.core import plain, rundir
+from grpo_exp.data.columns_and_rows import row_problems
 from grpo_exp.planning.placement import SERVER_HOST_ENV, weight_sync
 from grpo_exp.trackers.common import run_name
 from grpo_exp.training.data import build_dataset, build_eval_dataset
@@ -45,15 +45,14 @@ def model_path(cfg: DictConfig) -> str:
 
 def deepspeed_dict(cfg: DictConfig) -> dict | None:
     """DeepSpeed's config dict as DeepSpeed defines it; None when the group is `none`."""
-    ds = OmegaConf.to_container(cfg.deepspeed, resolve=True)
-    return ds or None
+    return plain.mapping(cfg.deepspeed) or None
 
 
 def vllm_fields(cfg: DictConfig) -> dict:
     """GRPOConfig's vllm fields: every key gets its `vllm_` prefix back; mode `off` is use_vllm=False."""
     if cfg.vllm.mode == "off":
         return {"use_vllm": False}
-    fields = {f"vllm_{k}": v for k, v in OmegaConf.to_container(cfg.vllm).items() if k not in VLLM_OWN_KEYS}
+    fields = {f"vllm_{k}": v for k, v in plain.mapping(cfg.vllm, resolve=False).items() if k not in VLLM_OWN_KEYS}
     if fields["vllm_server_host"] is None:  # a serving node the SLURM job found (placement.SERVER_HOST_ENV), else the
         # plan puts the server on node 0, torchrun's MASTER_ADDR
         fields["vllm_server_host"] = os.environ.get(SERVER_HOST_ENV) or os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -102,7 +101,7 @@ def grpo_config(cfg: DictConfig, run_dir: Path, use_cpu: bool):
     independent single-process copies instead of one DDP run."""
     from trl import GRPOConfig
 
-    trainer = for_installed_transformers(OmegaConf.to_container(cfg.trainer, resolve=True), GRPOConfig)
+    trainer = for_installed_transformers(plain.mapping(cfg.trainer), GRPOConfig)
     # model.dtype owns the dtype (the planner sizes weights by it); other load options pass through
     model_init_kwargs = {**(trainer.pop("model_init_kwargs") or {}), "dtype": cfg.model.dtype}
     if cfg.model.num_experts:  # the experts backend the planner planned (transformers' default: grouped_mm)
@@ -129,7 +128,7 @@ def lora_config(cfg: DictConfig):
         return None
     from peft import LoraConfig
 
-    fields = {k: v for k, v in OmegaConf.to_container(cfg.peft).items() if k != "enabled"}
+    fields = {k: v for k, v in plain.mapping(cfg.peft, resolve=False).items() if k != "enabled"}
     return LoraConfig(task_type="CAUSAL_LM", **fields)
 
 

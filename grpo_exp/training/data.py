@@ -9,11 +9,11 @@ gives every prompt; or the user's own, by `_target_`). `data.prompt_column` and
 longer than that many tokens and logs how many went: TRL has no prompt length limit, and long
 prompts are the first thing to cut when GRPO runs out of memory.
 
-The driver checks the data before launch (data/checks.py); `datasets` is imported inside the loaders.
+The driver checks the data before launch (data/columns_and_rows.py); `datasets` is imported inside the loaders.
 """
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -66,13 +66,15 @@ def build_eval_dataset(cfg: DictConfig, tokenizer, seed: int) -> "Dataset | None
     columns; or data.eval_split of data.path), prepared like the training prompts; None without them."""
     if cfg.eval_path is None and cfg.eval_split is None:
         return None
+    held_out: dict[str, object] = {"num_samples": None}
     if cfg.eval_path is not None:
         read_as_files = {"_target_": f"{files.__name__}.load"}  # a file or directory, read as data=hf reads it
-        held_out = {"loader": read_as_files, "path": cfg.eval_path, "split": cfg.eval_split or "train"}
+        held_out |= {"loader": read_as_files, "path": cfg.eval_path, "split": cfg.eval_split or "train"}
     else:
-        held_out = {"split": cfg.eval_split}
-    ds = build_dataset(OmegaConf.merge(cfg, {**held_out, "num_samples": None}), tokenizer, seed)
-    log.info("eval dataset: %d rows", len(ds))
+        held_out |= {"split": cfg.eval_split}
+    ds = build_dataset(cast(DictConfig, OmegaConf.merge(cfg, held_out)), tokenizer, seed)
+    if ds is not None:  # data=none reads no split of its own
+        log.info("eval dataset: %d rows", len(ds))
     return ds
 
 

@@ -28,7 +28,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from grpo_exp.core import rundir
-from grpo_exp.core.records import Status
+from grpo_exp.core.records import RankRecord, Status
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,9 @@ PREFIX = "grpo_exp/heartbeat/"  # beside torchrun's and the process group's keys
 
 
 class Heartbeat:
-    def __init__(self, run_dir: Path, rank: int, world_size: int, heartbeat_s: float, on_lost: Callable[[dict], None]):
+    def __init__(
+        self, run_dir: Path, rank: int, world_size: int, heartbeat_s: float, on_lost: Callable[[RankRecord], None]
+    ):
         self.run_dir, self.rank, self.world_size, self.heartbeat_s = Path(run_dir), rank, world_size, heartbeat_s
         self.on_lost = on_lost
         self.node = int(os.environ.get("GROUP_RANK", "0"))  # torchrun's node rank
@@ -73,32 +75,33 @@ class Heartbeat:
 
         host, port = self.store_at.rsplit(":", 1)
         try:
-            self.store = dist.TCPStore(
+            store = dist.TCPStore(
                 host, int(port), is_master=False, timeout=timedelta(seconds=self.heartbeat_s), wait_for_workers=False
             )
-            self.store.set(f"{PREFIX}node/{self.rank}", f"{self.node} {self.host}")
+            self.store = store  # post_failure's; this thread's calls use `store`
+            store.set(f"{PREFIX}node/{self.rank}", f"{self.node} {self.host}")
         except Exception as exc:  # noqa: BLE001  the watcher names the store unreachable after heartbeat_s
             log.warning("heartbeat: cannot reach the rendezvous store at %s: %s", self.store_at, exc)
             return
         beats = 0
         while not self.done.is_set():
             try:
-                beats = self.store.add(f"{PREFIX}beat/{self.rank}", 1)
+                beats = store.add(f"{PREFIX}beat/{self.rank}", 1)
                 now = time.monotonic()
                 for other in range(self.world_size):  # add 0: a read that never waits for a key
                     if other != self.rank:
-                        self._saw(other, self.store.add(f"{PREFIX}beat/{other}", 0), now)
-                if self.store.add(PREFIX + "failed", 0):
-                    self._lost(Status.FAILED, "stopped: " + self.store.get(PREFIX + "failure").decode(), None)
+                        self._saw(store, other, store.add(f"{PREFIX}beat/{other}", 0), now)
+                if store.add(PREFIX + "failed", 0):
+                    self._lost(Status.FAILED, "stopped: " + store.get(PREFIX + "failure").decode(), None)
                     return
                 self.last_answer = now
             except Exception as exc:  # noqa: BLE001  a store call timed out or the connection broke
                 log.warning("heartbeat %d: %s", beats, exc)
             self.done.wait(self.interval)
 
-    def _saw(self, other: int, beat: int, now: float) -> None:
-        if other not in self.nodes and self.store.check([f"{PREFIX}node/{other}"]):
-            node, host = self.store.get(f"{PREFIX}node/{other}").decode().split(" ", 1)
+    def _saw(self, store, other: int, beat: int, now: float) -> None:
+        if other not in self.nodes and store.check([f"{PREFIX}node/{other}"]):
+            node, host = store.get(f"{PREFIX}node/{other}").decode().split(" ", 1)
             self.nodes[other] = (int(node), host)
         last = self.seen.get(other)
         if last is None or beat != last[0]:
@@ -137,7 +140,7 @@ class Heartbeat:
         stacks.parent.mkdir(exist_ok=True)
         with open(stacks, "a") as file:  # every thread: the main one shows the collective it waits in
             faulthandler.dump_traceback(file, all_threads=True)
-        record = {
+        record: RankRecord = {
             "status": status,
             "time": time.time(),
             "error": f"node {self.node} ({self.host}, rank {self.rank}) {why}, in phase {phase}; "

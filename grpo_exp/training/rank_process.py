@@ -12,9 +12,11 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -22,7 +24,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import trackers, visible_devices
 from grpo_exp.core import metrics, outcome, rundir
-from grpo_exp.core.records import Status
+from grpo_exp.core.records import RankRecord, Status, Summary
 from grpo_exp.planning import plan_file
 from grpo_exp.training import build, callbacks, guards, heartbeat, phases, probes
 from grpo_exp.training.preemption import Preemption
@@ -39,16 +41,14 @@ class Rank:
     rank: int
     world_size: int
     started: float
-    checkpoint: tuple[Path, int] | None = None  # (its directory, its step) when the run resumes
-    tracker: trackers.Trackers | None = None
-    watchdog: guards.StallWatchdog | None = None
-    heartbeat: heartbeat.Heartbeat | None = (
-        None  # multi-node runs: the other nodes are heard from (training/heartbeat.py)
-    )
+    checkpoint: tuple[Path, int] | None  # (its directory, its step) when the run resumes
+    tracker: trackers.Trackers  # rank 0's trackers (the others' is empty)
+    watchdog: guards.StallWatchdog
+    callback: callbacks.RunDirCallback
+    phases: phases.PhaseMemory | None  # None with memory.telemetry=false
+    heartbeat: heartbeat.Heartbeat | None = None  # multi-node runs: the other nodes are heard from (heartbeat.py)
     hosts: list[str] = field(default_factory=lambda: [socket.gethostname()])  # each rank's machine, by rank
-    callback: callbacks.RunDirCallback | None = None
-    phases: phases.PhaseMemory | None = None  # None with memory.telemetry=false
-    meter: probes.ModelStateMeter | None = None
+    meter: probes.ModelStateMeter | None = None  # once the model is built, with memory.telemetry
     peaks: dict[str, float] = field(default_factory=dict)  # the run's memory peaks, filled at every logging step
     # The rank's end is recorded once, by the first of the main thread and the heartbeat's watcher to reach it
     recording: threading.Lock = field(default_factory=threading.Lock)
@@ -58,35 +58,42 @@ class Rank:
 def prepare(cfg: DictConfig, run_dir: Path, rank: int, world_size: int) -> Rank:
     """Everything before the process group: the model files, the memory cap, where a resumed run
     continues, the tracker, the stall watchdog and the probes."""
-    state = Rank(cfg, run_dir, rank, world_size, started=time.time())
+    started = time.time()
     # Before any process group exists: transformers saves only from rank 0 once one does, and the
     # rank that wins the build lock may be another.
     build.model_path(cfg)
     probes.apply_memory_limit(cfg.memory.limit_gib)
     # A run dir with a checkpoint continues from it; the steps after it are logged again, so rank 0
     # drops their lines first (before the metrics writer opens the file).
-    state.checkpoint = rundir.latest_checkpoint(run_dir)
-    dropped = rundir.truncate_metrics(run_dir, state.checkpoint[1] if state.checkpoint else 0) if rank == 0 else 0
-    if state.checkpoint is not None or dropped:
+    checkpoint = rundir.latest_checkpoint(run_dir)
+    dropped = rundir.truncate_metrics(run_dir, checkpoint[1] if checkpoint else 0) if rank == 0 else 0
+    if checkpoint is not None or dropped:
         log.info(
-            "resuming from %s; %d metrics line(s) after it dropped",
-            state.checkpoint[0] if state.checkpoint else "step 0",
-            dropped,
+            "resuming from %s; %d metrics line(s) after it dropped", checkpoint[0] if checkpoint else "step 0", dropped
         )
-    state.tracker = trackers.start(cfg, run_dir) if rank == 0 else trackers.Trackers([])
-    state.watchdog = guards.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
-    state.callback = callbacks.RunDirCallback(run_dir, rank, state.watchdog, state.tracker)
+    tracker = trackers.start(cfg, run_dir) if rank == 0 else trackers.Trackers([])
+    watchdog = guards.StallWatchdog(run_dir, rank, cfg.watchdog.stall_s)
     vllm_probe = probes.VllmServerProbe.from_env() if rank == 0 and cfg.vllm.mode == "server" else None
+    phase_memory = None
     if cfg.memory.telemetry:
         phase_file = rundir.phase_path(run_dir, rank)
         phase_file.parent.mkdir(parents=True, exist_ok=True)
-        state.phases = phases.PhaseMemory(probes.MemoryProbe(), vllm_probe, phase_file=phase_file)
-    else:
-        state.phases = None
-    return state
+        phase_memory = phases.PhaseMemory(probes.MemoryProbe(), vllm_probe, phase_file=phase_file)
+    return Rank(
+        cfg,
+        run_dir,
+        rank,
+        world_size,
+        started,
+        checkpoint,
+        tracker,
+        watchdog,
+        callbacks.RunDirCallback(run_dir, rank, watchdog, tracker),
+        phase_memory,
+    )
 
 
-def train(state: Rank, preemption: Preemption) -> dict:
+def train(state: Rank, preemption: Preemption) -> RankRecord:
     """Join the process group, check the nodes agree, build, train: this rank's record of the end."""
     cfg = state.cfg
     try:
@@ -107,7 +114,7 @@ def train(state: Rank, preemption: Preemption) -> dict:
         result = trainer.train(resume_from_checkpoint=str(state.checkpoint[0]) if state.checkpoint else None)
         if state.heartbeat is not None:  # every rank is past the last collective: each finishes at its own pace now
             state.heartbeat.close()
-        ended = {
+        ended: RankRecord = {
             "status": Status.COMPLETED,
             "time": time.time(),
             "error": None,
@@ -117,11 +124,11 @@ def train(state: Rank, preemption: Preemption) -> dict:
         }
         if preemption.signal_name is not None:
             saved = rundir.latest_checkpoint(state.run_dir)
-            ended.update(
-                status=Status.PREEMPTED,
-                error=f"stopped by {preemption.signal_name} at step {result.global_step}; "
+            ended["status"] = Status.PREEMPTED
+            ended["error"] = (
+                f"stopped by {preemption.signal_name} at step {result.global_step}; "
                 f"checkpoint {saved[0] if saved else '(none)'} saved: `python -m grpo_exp resume={state.run_dir}` "
-                "continues",
+                "continues"
             )
         log.info("run facts: %s", ended["runtime"])
         return ended
@@ -129,16 +136,14 @@ def train(state: Rank, preemption: Preemption) -> dict:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second stop must not cut the record short
         ended = outcome.classify(exc, state.rank, state.phases)
         if ended["status"] == Status.INTERRUPTED and preemption.signal_name is not None:
-            ended.update(
-                status=Status.PREEMPTED,
-                error=f"stopped by {preemption.signal_name} before training started; nothing to save",
-            )
+            ended["status"] = Status.PREEMPTED
+            ended["error"] = f"stopped by {preemption.signal_name} before training started; nothing to save"
         if ended["status"] != Status.INTERRUPTED:
             log.exception("training failed (%s)", ended["status"])
         return ended
 
 
-def record(state: Rank, ended: dict) -> bool:
+def record(state: Rank, ended: RankRecord) -> bool:
     """ranks/rank<N>.json (rank 0 always, with the run's measurements; another rank when it did not
     complete), and rank 0's W&B run finished with the status as far as it can tell. The main thread and the
     heartbeat's watcher may both end the rank: the first records, the other waits for it and returns False."""
@@ -150,7 +155,7 @@ def record(state: Rank, ended: dict) -> bool:
         return True
 
 
-def _write_record(state: Rank, ended: dict) -> None:
+def _write_record(state: Rank, ended: RankRecord) -> None:
     if threading.current_thread() is threading.main_thread():  # (the heartbeat's watcher records a lost node)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun stops the ranks while rank 0 finishes W&B
     if state.heartbeat is not None:
@@ -158,6 +163,8 @@ def _write_record(state: Rank, ended: dict) -> None:
             state.heartbeat.post_failure(ended.get("error"))  # the other nodes' ranks stop now, naming this one
         state.heartbeat.close()
     state.watchdog.close()
+    measurements: dict[str, float] = {}  # rank 0's, by metric name: memory/peak*, measured/*, plan/*
+    previous = rundir.read_summary(state.run_dir) if state.rank == 0 else Summary()  # a resumed run's so far
     if state.rank == 0:  # rank 0's record carries the run's measurements, however training ended
         measured = state.meter.metrics() if state.meter is not None else {}
         if state.phases is not None:
@@ -166,21 +173,17 @@ def _write_record(state: Rank, ended: dict) -> None:
             # the steps since the last logging step were never gathered: the phases that finished and what the
             # dying phase reached (its segment closed as the exception left it) are this rank's own figures
             phases.run_peaks(phases.aggregate([state.phases.take_window()], [phases.this_node()]), state.peaks)
-        previous = rundir.read_summary(state.run_dir)  # a resumed run's peaks cover every segment
-        peaks = {k: max(v, previous.get(k, v)) for k, v in state.peaks.items()}
-        ended.update(
-            **peaks,
-            **measured,
-            **_planned(state.run_dir, measured),
-            final_metrics=state.callback.last_logs,
-            # a run that ended early: the last step it finished (a resumed one's checkpoint before its first)
-            global_step=ended.get("global_step") or state.callback.step or (state.checkpoint or (None, 0))[1],
-            first_metrics=previous.get("first_metrics") or state.callback.first_logs,
-            worker_wall_s=round(time.time() - state.started, 3),
-        )
+        so_far: Mapping[str, Any] = previous  # by metric name
+        peaks = {k: max(v, so_far.get(k, v)) for k, v in state.peaks.items()}  # over every segment of the run
+        measurements = {**peaks, **measured, **_planned(state.run_dir, measured)}
+        ended["final_metrics"] = state.callback.last_logs
+        # a run that ended early: the last step it finished (a resumed one's checkpoint before its first)
+        ended["global_step"] = ended.get("global_step") or state.callback.step or (state.checkpoint or (None, 0))[1]
+        ended["first_metrics"] = previous.get("first_metrics") or state.callback.first_logs
+        ended["worker_wall_s"] = round(time.time() - state.started, 3)
     if state.rank == 0 or ended["status"] != Status.COMPLETED:
-        node = {"node": int(os.environ.get("GROUP_RANK", "0")), "host": socket.gethostname()}
-        rundir.write_rank_record(state.run_dir, state.rank, {**node, **ended})
+        where: RankRecord = {"node": int(os.environ.get("GROUP_RANK", "0")), "host": socket.gethostname()}
+        rundir.write_rank_record(state.run_dir, state.rank, {**where, **ended}, measurements)
     # the W&B run ends with the run's status as far as rank 0 can tell it (the driver has the last word)
     if state.rank == 0:
         explained = outcome.explain(outcome.read_records(state.run_dir))
@@ -200,7 +203,7 @@ def _join(state: Rank, use_cpu: bool) -> None:
         )
 
 
-def _lost(state: Rank, ended: dict) -> None:
+def _lost(state: Rank, ended: RankRecord) -> None:
     """The heartbeat's end of a rank (another node lost, or failed): recorded as any end is, then the process ends
     from the heartbeat's thread: the main thread may be blocked in a collective that will never return."""
     try:

@@ -17,11 +17,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
 from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from grpo_exp.config import overrides
@@ -45,14 +47,29 @@ class FrontierSweeperConf:
 ConfigStore.instance().store(group="hydra/sweeper", name="frontier", node=FrontierSweeperConf, provider="grpo_exp")
 
 
+@dataclass
+class Line:
+    """One axis value's bisection over the indices of batch_values: [lo, hi] still open, the next probe, the largest
+    index that fitted so far."""
+
+    lo: int
+    hi: int
+    probe: int
+    best: int | None = None
+
+
 class FrontierSweeper(Sweeper):
+    # set by setup(), which Hydra calls before sweep()
+    hydra_context: HydraContext
+    config: DictConfig
+    launcher: Launcher
+
     def __init__(
         self, batch_key: str, batch_values: List[int], axis_key: str, axis_values: List[Any], use_planner: bool = True
     ):
         self.batch_key, self.batch_values = batch_key, sorted(batch_values)
         self.axis_key, self.axis_values = axis_key, list(axis_values)
         self.use_planner = use_planner
-        self.config: Optional[DictConfig] = None
         self.job_idx = 0
 
     def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
@@ -98,33 +115,24 @@ class FrontierSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         trials = []
         # Each line bisects its own [lo, hi] range of batch indices; the lines advance together.
-        lines = {
-            axis: {
-                "lo": 0,
-                "hi": len(self.batch_values) - 1,
-                "best": None,
-                "probe": self._planned_index(arguments, axis),
-            }
-            for axis in self.axis_values
-        }
-        while active := [axis for axis, line in lines.items() if line["lo"] <= line["hi"]]:
+        top = len(self.batch_values) - 1
+        lines = {axis: Line(0, top, self._planned_index(arguments, axis)) for axis in self.axis_values}
+        while active := [axis for axis, line in lines.items() if line.lo <= line.hi]:
             for axis in active:
                 line = lines[axis]
-                line["probe"] = min(max(line["probe"], line["lo"]), line["hi"])
-            round_trials = self._run_round(
-                arguments, [(axis, self.batch_values[lines[axis]["probe"]]) for axis in active]
-            )
+                line.probe = min(max(line.probe, line.lo), line.hi)
+            round_trials = self._run_round(arguments, [(axis, self.batch_values[lines[axis].probe]) for axis in active])
             for axis, trial in zip(active, round_trials, strict=True):
                 line = lines[axis]
                 trials.append(trial)
                 if trial["fits"]:
-                    line["best"], line["lo"] = line["probe"], line["probe"] + 1
+                    line.best, line.lo = line.probe, line.probe + 1
                 else:
-                    line["hi"] = line["probe"] - 1
-                line["probe"] = (line["lo"] + line["hi"] + 1) // 2
+                    line.hi = line.probe - 1
+                line.probe = (line.lo + line.hi + 1) // 2
         frontier = {}
         for axis, line in lines.items():
-            frontier[str(axis)] = self.batch_values[line["best"]] if line["best"] is not None else None
+            frontier[str(axis)] = self.batch_values[line.best] if line.best is not None else None
             log.info(
                 "frontier: %s=%s -> largest %s that fits: %s", self.axis_key, axis, self.batch_key, frontier[str(axis)]
             )
@@ -142,6 +150,8 @@ class FrontierSweeper(Sweeper):
 
 
 def _trial(result: JobReturn, axis, batch) -> dict:
+    if result.hydra_cfg is None or result.cfg is None:  # every Hydra launcher returns both
+        raise RuntimeError(f"the trial {axis=}, {batch=} came back without its config")
     run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
     summary = rundir.read_summary(run_dir)
     status = summary.get("status", Status.FAILED)

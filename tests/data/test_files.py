@@ -1,4 +1,4 @@
-"""The data a run reads, checked by the driver before launch (data/checks.py, data/files.py)."""
+"""The data a run reads, checked by the driver before launch (data/columns_and_rows.py, data/files.py)."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from grpo_exp.config.rewards import reward_columns
-from grpo_exp.data import checks
+from grpo_exp.data import columns_and_rows
 from tests.helpers import compose_cfg, problem_keys, problems
 
 ROWS = [{"question": f"What is {a} + {a}?", "solution": str(2 * a), "level": a % 3} for a in range(8)]
@@ -18,7 +18,7 @@ def data_cfg(path, **extra) -> "OmegaConf":
 
 def data_problems(path, **extra):
     cfg = data_cfg(path, **extra)
-    return checks.check(cfg.data, reward_columns(cfg))
+    return columns_and_rows.check(cfg.data, reward_columns(cfg))
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +60,7 @@ def test_extra_column_a_reward_needs(files, monkeypatch):
         "+data.rewards.probe._target_=tests.memory_hog.record_columns",
     )
     assert reward_columns(cfg)["probe"] == ["level"]  # a required argument TRL does not supply
-    assert checks.check(cfg.data, reward_columns(cfg)) == []
+    assert columns_and_rows.check(cfg.data, reward_columns(cfg)) == []
     cfg = compose_cfg(
         "data=hf",
         f"data.path={files / 'd.parquet'}",
@@ -75,8 +75,8 @@ def test_extra_column_a_reward_needs(files, monkeypatch):
 @pytest.mark.parametrize("name", ["d.parquet", "d.csv", "d.jsonl", "d.json", "saved", "saved_dict"])
 def test_rows_are_counted_per_format(files, name):
     cfg = data_cfg(files / name, prompt_column="question", answer_column="solution")
-    assert checks.check(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS)) == []
-    found = checks.check(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS) + 1)
+    assert columns_and_rows.check(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS)) == []
+    found = columns_and_rows.check(cfg.data, reward_columns(cfg), prompts_per_batch=len(ROWS) + 1)
     assert (
         problem_keys(found) == ["data.path"]
         and f"holds {len(ROWS)} prompts, too few" in found[0].why
@@ -139,4 +139,4 @@ def test_answer_rename_would_clobber_a_column(tmp_path):
 
 def test_toy_math_satisfies_the_default_rewards():
     cfg = compose_cfg()
-    assert checks.check(cfg.data, reward_columns(cfg)) == []
+    assert columns_and_rows.check(cfg.data, reward_columns(cfg)) == []

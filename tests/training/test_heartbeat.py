@@ -97,7 +97,7 @@ def test_the_rank_is_recorded_once_when_the_heartbeat_and_the_main_thread_end_it
 
     writes, active, overlapped = [], [0], []
 
-    def slow_write(run_dir, rank, record):
+    def slow_write(run_dir, rank, record, measurements=None):
         active[0] += 1
         overlapped.append(active[0] > 1)
         time.sleep(0.05)  # long enough for the other thread to arrive while this one writes
@@ -110,7 +110,18 @@ def test_the_rank_is_recorded_once_when_the_heartbeat_and_the_main_thread_end_it
         def close(self):
             pass
 
-    state = rank_process.Rank(cfg=None, run_dir=tmp_path, rank=1, world_size=2, started=time.time(), watchdog=Closes())
+    state = rank_process.Rank(
+        cfg=None,
+        run_dir=tmp_path,
+        rank=1,
+        world_size=2,
+        started=time.time(),
+        checkpoint=None,
+        tracker=None,  # rank 1 has no tracker to finish
+        watchdog=Closes(),
+        callback=None,
+        phases=None,
+    )
     results = {}
     start = threading.Barrier(2)
 

@@ -19,15 +19,19 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from grpo_exp import Problem
-from grpo_exp.core import outcome, rundir
+from grpo_exp.core import outcome, plain, rundir
 from grpo_exp.launching import launch
 from grpo_exp.launching.launchers.slurm.states import ENDED, GONE, JobState, ask, ask_all, job_state  # noqa: F401
 from grpo_exp.launching.launchers.slurm.task import NodeTask
 from grpo_exp.planning.placement import Plan
+
+if TYPE_CHECKING:
+    import submitit
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +67,7 @@ def executor(cfg: DictConfig, run_dir: Path, plan: Plan, cluster: str | None = N
     # requeue asked where the run may requeue (clusters with JobRequeue=0 need it asked), refused where it may
     # not: SLURM would otherwise requeue a job after a node failure behind the driver's max_requeues
     additional = {} if local else {"requeue": True} if s.max_requeues else {"no-requeue": True}
-    additional.update(OmegaConf.to_container(s.additional))
+    additional.update(plain.mapping(s.additional))
     if additional:
         params["slurm_additional_parameters"] = additional
     ex.update_parameters(**params)
@@ -188,7 +192,7 @@ RESULT_GRACE_S = 10.0  # an ended job's result file may reach a shared filesyste
 
 @dataclass
 class Submitted:
-    job: object  # submitit.Job
+    job: "submitit.Job"
     run_dir: Path
     max_requeues: int = 0
     started: float = 0.0

@@ -7,6 +7,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import Problem
 from grpo_exp.core import outcome, rundir
+from grpo_exp.core.records import Summary
 from grpo_exp.launching import preflight
 from grpo_exp.launching.launchers.local.launcher import build, write  # noqa: F401  (nothing beside plan.json)
 from grpo_exp.launching.launchers.slurm import jobs
@@ -37,7 +38,7 @@ def detaches(cfg: DictConfig, sweeping: bool, independent_trials: bool) -> bool:
     return not cfg.launcher.slurm.wait or (sweeping and independent_trials)
 
 
-def submit(cfg: DictConfig, run_dir: Path, plan: Plan) -> tuple[int, dict]:
+def submit(cfg: DictConfig, run_dir: Path, plan: Plan) -> tuple[int, Summary]:
     """Submit this trial's job and go on to the next one (at most max_parallel in flight), or with wait=false leave
     it to SLURM; a refused job ends this trial only (the sweep goes on)."""
     try:
@@ -47,7 +48,7 @@ def submit(cfg: DictConfig, run_dir: Path, plan: Plan) -> tuple[int, dict]:
             job = jobs.submit(cfg, run_dir, plan)
             print(f"submitted SLURM job {job.job_id}: {run_dir}  (grpo-exp compare {run_dir})")
     except jobs.Refused as exc:
-        return outcome.EXIT_FAILED, dict(outcome.launch_failed(run_dir, str(exc), wall_s=0.0))
+        return outcome.EXIT_FAILED, outcome.launch_failed(run_dir, str(exc), wall_s=0.0)
     return outcome.EXIT_OK, rundir.read_summary(run_dir)
 
 

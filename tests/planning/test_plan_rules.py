@@ -1,4 +1,4 @@
-"""Stage 2 of the checks (planning/checks.py): the batch rules against the world size."""
+"""Stage 2 of the checks (planning/plan_rules.py): the batch rules against the world size."""
 
 from tests.helpers import problem_keys, problems
 

@@ -4,7 +4,7 @@ Hydra and the schema already rejected unknown group options, unknown keys and wr
 left here: values outside their range (with upper bounds, so that nothing is ever built from an
 absurd size) or their set of choices, TRL's and transformers' own rules on combinations, the
 reward functions, the LoRA targets and the deepspeed group. Rules that need the plan (world size,
-placement) are planning/checks.py; rules about this machine (GPUs, ports, files) are the launch
+placement) are planning/plan_rules.py; rules about this machine (GPUs, ports, files) are the launch
 preflight, launching/preflight.py. Each check returns `Problem`s naming the full key, why and a fix.
 Pure Python: no torch/transformers/trl import, except the LoRA and DeepSpeed checks (only when used).
 """
