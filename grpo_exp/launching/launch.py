@@ -7,6 +7,7 @@ Every process the driver starts gets its own process session, and the driver end
 goes to the terminal and to train.log.
 """
 
+import atexit
 import logging
 import os
 import re
@@ -264,7 +265,15 @@ def raise_interrupt(signum, _frame):
     stops what they started); from then on the driver is stopping (`_already_stopping`)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, _already_stopping)
+    # CPython puts a Python handler back to the default as the interpreter exits: a signal then would kill the driver
+    # whose run is concluded (exit -2 instead of 75). Ignored from there on, the exit code stays the run's.
+    atexit.register(_ignore_stop_signals)
     raise KeyboardInterrupt
+
+
+def _ignore_stop_signals() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
 
 
 def _already_stopping(signum, _frame):
