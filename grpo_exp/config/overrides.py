@@ -7,6 +7,7 @@ composition, so the rest of the config is still checked in the same report.
 """
 
 import dataclasses
+import functools
 import sys
 import typing
 
@@ -25,6 +26,7 @@ GROUPS = (*sorted(p.name for p in CONF_DIR.iterdir() if any(p.glob("*.yaml"))), 
 _parser: OverridesParser | None = None
 
 
+@functools.cache  # a command line is read by several checks (unknown keys, whole mappings, the run dir): parsed once
 def _parse_one(item: str) -> Override | None:
     global _parser
     _parser = _parser or OverridesParser.create()  # building Hydra's grammar once, not per override

@@ -11,7 +11,9 @@ from tests.helpers import run_driver
 
 pytestmark = pytest.mark.vllm
 
-SERVER = ("logger=none", "vllm=server", "vllm.enforce_eager=true", "topology.cpu_procs=1")
+# preemption.grace_s: how long the driver lets ranks save a checkpoint once the run ends; with the server gone they
+# cannot reach a step's end, so the default (60 s) would only be waited out
+SERVER = ("logger=none", "vllm=server", "vllm.enforce_eager=true", "topology.cpu_procs=1", "preemption.grace_s=5")
 
 
 def _run(tmp_path, model_cache, *overrides):
