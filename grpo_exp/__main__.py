@@ -197,7 +197,7 @@ def _run_dir_argument(items: list[str]) -> Path | None:
 
 def deepspeed_override(arg: str) -> str:
     """`deepspeed.<key>=v` -> `++deepspeed.<key>=v`: the deepspeed group is DeepSpeed's own open
-    format, so any of its keys may be set without Hydra's `+` (config/value_rules.py checks them with
+    format, so any of its keys may be set without Hydra's `+` (config/config_checks.py checks them with
     DeepSpeed's config models instead)."""
     return f"++{arg}" if arg.startswith("deepspeed.") and "=" in arg else arg
 

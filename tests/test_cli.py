@@ -186,7 +186,7 @@ def test_driver_imports_no_torch():
     import sys
 
     code = (
-        "import sys, grpo_exp.__main__, grpo_exp.config.value_rules, grpo_exp.planning.plan_rules; "
+        "import sys, grpo_exp.__main__, grpo_exp.config.config_checks, grpo_exp.planning.plan_rules; "
         "print(sorted({'torch','transformers','trl','datasets'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

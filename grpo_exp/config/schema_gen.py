@@ -46,7 +46,7 @@ def _annotation(tp) -> tuple[str, tuple[str, ...] | str | None]:
         args = [str]
     if any(typing.get_origin(a) is dict or a is dict for a in args):  # dict | str (a JSON string on TRL's CLI)
         # Any, not Optional[Dict]: OmegaConf cannot merge `key={a: 1}` into a None that is typed
-        # as a dict; config/value_rules.py checks that the value is a mapping (DICT_FIELDS).
+        # as a dict; config/config_checks.py checks that the value is a mapping (DICT_FIELDS).
         return "Any", "dict"
     if len(args) == 1 and args[0] in (int, float, bool, str):
         text = args[0].__name__

@@ -14,7 +14,7 @@ from grpo_exp.config.trl_schema import CHOICES as ENUM_CHOICES
 
 VLLM_KV_CACHE_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2")
 # Keys with a fixed set of values: grpo_exp's own, the str fields TRL checks only at run time (trl 1.16
-# grpo_trainer.py: "Unknown loss type", "Invalid value for scale_rewards", ...; tests/config/test_value_rules.py
+# grpo_trainer.py: "Unknown loss type", "Invalid value for scale_rewards", ...; tests/config/test_config_checks.py
 # keeps them equal to the options each field's help in the installed trl lists), and the enum-typed fields of
 # GRPOConfig and those transformers gives argparse choices (generated, trl_schema.CHOICES).
 CHOICES: dict[str, Any] = {
@@ -47,7 +47,7 @@ _DIMENSION = at_least(1, 2**24)  # a model width or count: anything larger is a 
 _SIZE = at_least(1, 2**24)  # tokens, batch sizes, processes: bounded before anything is sized by them
 # Numeric ranges. A value outside one either makes TRL, transformers or torch raise inside every
 # worker after launch (batch 0, temperature <= 0, a negative learning rate), hangs or exhausts the
-# driver (a node plan for 10^30 nodes) or trains something meaningless; tests/config/test_value_rules.py checks
+# driver (a node plan for 10^30 nodes) or trains something meaningless; tests/config/test_config_checks.py checks
 # the trainer rows against GRPOConfig and torch. Every other number must be finite and below 2^53.
 RANGES = {
     "trainer.per_device_train_batch_size": _SIZE,

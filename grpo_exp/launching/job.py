@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from grpo_exp import Problem
-from grpo_exp.config import errors, keys, resume, value_rules
+from grpo_exp.config import config_checks, errors, keys, resume
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.core.records import Status, Summary
@@ -144,7 +144,7 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
 
 def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placement.Plan | None, list[Problem]]:
     """The launch plan of a finalized `cfg` and every problem with it, stage by stage: the config alone
-    (config/value_rules.py), then what needs the plan (planning/plan_rules.py), then this machine
+    (config/config_checks.py), then what needs the plan (planning/plan_rules.py), then this machine
     (launching/preflight.py: all of it for action=run, the data files it can see for action=plan). A stage
     runs when the keys it reads passed the stages before; every problem found is reported together."""
     plan, problems = _placed(cfg, run_dir / rundir.CONFIG, gpus, cards)
@@ -156,8 +156,8 @@ def check(cfg: DictConfig, run_dir: Path, gpus: int, cards=()) -> tuple[placemen
 
 def _placed(cfg: DictConfig, config_path: Path, gpus: int, cards=()) -> tuple[placement.Plan | None, list[Problem]]:
     """The launch plan of a finalized `cfg` and the problems the config and the plan have (stages 1 and 2)."""
-    problems = value_rules.check(cfg)
-    if {p.key for p in problems} & (value_rules.PLAN_INPUTS | plan_rules.BATCH_INPUTS):
+    problems = config_checks.check(cfg)
+    if {p.key for p in problems} & (config_checks.PLAN_INPUTS | plan_rules.BATCH_INPUTS):
         return None, problems  # a plan for 0 processes (or 10^30 nodes) says nothing useful
     plan = placement.make_plan(cfg, str(config_path), detected_gpus=gpus, cards=cards)
     return plan, problems + plan_rules.check(cfg, plan)

@@ -14,8 +14,8 @@ def test_shipped_deepspeed_options_pass_deepspeeds_models_and_plan_without_deeps
     for sections in shipped:
         assert deepspeed_check.model_problems(sections) == [], sections
     code = (
-        "import sys; from tests.helpers import compose_cfg; from grpo_exp.config import value_rules; "
-        "assert value_rules.check(compose_cfg('deepspeed=zero3_offload')) == []; print('deepspeed' in sys.modules)"
+        "import sys; from tests.helpers import compose_cfg; from grpo_exp.config import config_checks; "
+        "assert config_checks.check(compose_cfg('deepspeed=zero3_offload')) == []; print('deepspeed' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert out.stdout.strip().splitlines()[-1:] == ["False"], out.stdout[-2000:] + out.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""Stage 1 of the checks (config/value_rules.py): values out of range or choice, and what TRL, transformers or
+"""Stage 1 of the checks (config/config_checks.py): values out of range or choice, and what TRL, transformers or
 torch would refuse in every worker, refused by the driver first."""
 
 import pytest
@@ -158,7 +158,7 @@ def test_unknown_key_says_what_to_use(override, expected):
     assert expected in errors.explain(caught.value)
 
 
-# The str fields whose values TRL checks only at run time, listed by hand in config/value_rules.py CHOICES: every
+# The str fields whose values TRL checks only at run time, listed by hand in config/config_checks.py CHOICES: every
 # option accepted is one the installed trl documents for the field (quoted in its help), and where the help
 # lists its options in one sentence ("Supported values are 'a', 'b' and 'c'."), each of them is accepted.
 TRL_WORDS = {
