@@ -19,19 +19,25 @@ VLLM_VENV ?= .venv-vllm
 
 setup: $(VENV)/.installed-test
 
+# An editable install writes grpo_exp's metadata into this checkout (grpo_exp.egg-info/): .ci/run builds .venv and
+# .venv-vllm at once, so their editable installs take turns on this lock (flock, where the machine has it).
+EDITABLE_TURN := $(shell command -v flock >/dev/null 2>&1 && echo flock .editable-install.lock)
+
 # What the demo needs and no more: the stack and grpo_exp itself.
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch first, pinned: an unpinned resolve may pull a multi-GB CUDA build.
 	$(PY) -m pip install --quiet -c constraints.txt torch
-	# editable: grpo_exp runs from this checkout (the frontier sweeper is registered with Hydra by grpo_exp itself)
-	$(PY) -m pip install --quiet -c constraints.txt -e .
+	# editable: grpo_exp runs from this checkout (the frontier sweeper is registered with Hydra by grpo_exp itself);
+	# alone (a few seconds, its turn on the lock), then its requirements, read from the metadata it installed
+	$(EDITABLE_TURN) $(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet -c constraints.txt grpo_exp
 	touch $@
 
 # The test lanes' extras on top: pytest and ruff, the trackers' tests, SLURM (submitit), Optuna's sweeper.
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slurm,optuna]'
+	$(PY) -m pip install --quiet -c constraints.txt 'grpo_exp[dev,slurm,optuna]'
 	touch $@
 
 demo: $(VENV)/.installed

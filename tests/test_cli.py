@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, fast_lane
 from tests.helpers import report as conftest_report
 
 BAD_INPUTS = {
@@ -87,7 +87,11 @@ def driver_report(*overrides: str) -> str:
     return conftest_report(*overrides)[0]
 
 
-@pytest.mark.parametrize("overrides,message,fix", BAD_INPUTS.values(), ids=list(BAD_INPUTS))
+@pytest.mark.parametrize(  # the fast lane: every fifth case
+    "overrides,message,fix",
+    fast_lane(list(BAD_INPUTS.values()), lambda c: list(BAD_INPUTS.values()).index(c) % 5 == 0),
+    ids=list(BAD_INPUTS),
+)
 def test_bad_input_names_key_and_fix(overrides, message, fix):
     report = driver_report(*overrides)
     assert message in report and fix in report, report

@@ -11,7 +11,7 @@ from grpo_exp.config.keys import ALIASES, OWNED_TRAINER_FIELDS
 from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import TrainerConfig, VllmConfig
 from grpo_exp.models import model_families, model_info
-from tests.helpers import CONF, compose_cfg, group_options
+from tests.helpers import CONF, compose_cfg, fast_lane, group_options
 
 GROUPS = [
     "model",
@@ -27,13 +27,10 @@ GROUPS = [
     "experiment",
 ]
 CASES = [(g, o) for g in GROUPS for o in group_options(g)]
-# Model options differ only in architecture numbers (test_model_numbers_match_transformers_parameter_count
-# checks each): the fast lane builds two, `make test` all (model=auto reads a saved model's config.json: ~6 s).
+# make test composes and builds every option; the fast lane one per group, and two models (model options differ
+# only in architecture numbers, which test_model_numbers_match_transformers_parameter_count checks).
 FAST_MODELS = {"tiny", "qwen7b"}
-MATRIX = [
-    pytest.param(g, o, id=f"{g}={o}", marks=[pytest.mark.slow] if g == "model" and o not in FAST_MODELS else [])
-    for g, o in CASES
-]
+MATRIX = fast_lane(CASES, lambda c: c[1] in FAST_MODELS if c[0] == "model" else c[1] == group_options(c[0])[0])
 
 
 def test_every_group_has_options():
@@ -52,7 +49,7 @@ def test_every_group_has_options():
     }
 
 
-@pytest.mark.parametrize("group,option", MATRIX)
+@pytest.mark.parametrize("group,option", MATRIX, ids=[f"{g}={o}" for g, o in CASES])
 def test_option_composes_and_builds(build, group, option, tmp_path, request):
     extra = (
         ["data.path=tests/fixtures/gsm8k_sample.jsonl"]
@@ -192,7 +189,13 @@ def test_bf16_follows_model_dtype():
     assert compose_cfg("model=qwen7b").trainer.bf16 is True
 
 
-@pytest.mark.parametrize("option", [o for o in group_options("model") if o not in ("tiny", "auto")])
+@pytest.mark.parametrize(
+    "option",  # the fast lane: one dense model, one mixture of experts
+    fast_lane(
+        [o for o in group_options("model") if o not in ("tiny", "auto")],
+        lambda o: o in ("qwen7b", "qwen3-30b-a3b"),
+    ),
+)
 def test_model_numbers_match_transformers_parameter_count(option):
     """The architecture numbers in conf/model (a family's too: experts, layer types) reproduce the model's exact
     parameter count."""
