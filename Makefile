@@ -36,8 +36,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 # The test lanes' extras on top: pytest and ruff, the trackers' tests, SLURM (submitit), Optuna's sweeper.
+# DeepSpeed builds its CPU collectives (its shm comm op) on first use, a C++ build of ~40 s on 2 cores: built here,
+# by DeepSpeed's own function, so that no test's run pays it (torch caches it in ~/.cache/torch_extensions).
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install --quiet -c constraints.txt 'grpo_exp[dev,slurm,optuna]'
+	$(PY) -c "from deepspeed.comm.torch import build_shm_op; build_shm_op()" >/dev/null
 	touch $@
 
 demo: $(VENV)/.installed
@@ -50,7 +53,7 @@ demo: $(VENV)/.installed
 TEST_WORKERS ?= 2
 
 test: setup lint
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm and not two_node and not matrix"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not vllm and not two_node and not matrix" --durations=25
 
 # make test with every case of the exhaustive matrices (marker `matrix`) and the property tests' full example counts:
 # on demand (docs/development.md lists what it adds), not in CI.
@@ -70,7 +73,7 @@ $(VLLM_VENV)/.installed: pyproject.toml constraints.txt scripts/setup_vllm_venv.
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
-	$(VLLM_VENV)/bin/python -m pytest tests/vllm -m vllm
+	$(VLLM_VENV)/bin/python -m pytest tests/vllm -m vllm --durations=25
 
 # test-fast spreads over every core: no training processes, no exhaustive matrices; worksteal lets the worker
 # that runs out first take the other's remaining tests (the lane is many short tests).
