@@ -4,7 +4,7 @@ torch would refuse in every worker, refused by the driver first."""
 import pytest
 
 from grpo_exp.config import errors
-from tests.helpers import compose_cfg, fast_lane, problem_keys, problems
+from tests.helpers import compose_cfg, every, fast_lane, problem_keys, problems
 
 
 # --- the driver and TRL in step ----------------------------------------------------------------
@@ -119,7 +119,7 @@ ISSUE_EXAMPLES = {  # overrides -> the key the report names
 }
 
 
-@pytest.mark.parametrize("overrides", fast_lane(list(ISSUE_EXAMPLES), lambda o: list(ISSUE_EXAMPLES).index(o) % 5 == 0))
+@pytest.mark.parametrize("overrides", fast_lane(list(ISSUE_EXAMPLES), every(5, list(ISSUE_EXAMPLES))))
 def test_invalid_example_is_named(overrides):
     assert ISSUE_EXAMPLES[overrides] in problem_keys(problems(*overrides.split()))
 

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from grpo_exp.config import keys
 from grpo_exp.config.trl_schema import CHOICES, TrainerFields
-from tests.helpers import compose_cfg, fast_lane, matrix, report
+from tests.helpers import compose_cfg, every, fast_lane, matrix, report
 
 # --- aliases and coerced values ------------------------------------------------------------------
 
@@ -158,7 +158,7 @@ REFUSED = {  # overrides -> the key the report names (the issue's random-config 
 
 
 @pytest.mark.parametrize(  # the fast lane: every sixth case
-    "items", fast_lane(list(REFUSED), lambda i: list(REFUSED).index(i) % 6 == 0), ids=[i[:60] for i in REFUSED]
+    "items", fast_lane(list(REFUSED), every(6, list(REFUSED))), ids=[i[:60] for i in REFUSED]
 )
 def test_what_a_library_would_refuse_at_launch_is_refused_before_it(items):
     text, _ = report(*items.split())
@@ -442,7 +442,7 @@ TRAINER_FIELDS = dataclasses.fields(TrainerFields)
     "field",
     # make test: every fifth field (test_any_grpo_config_field_reaches_grpo_config sets several at once in
     # make test-fast); make test-matrix: every field
-    matrix(list(TRAINER_FIELDS), lambda f: TRAINER_FIELDS.index(f) % 5 == 0),
+    matrix(list(TRAINER_FIELDS), every(5, list(TRAINER_FIELDS))),
     ids=lambda f: f.name,
 )
 def test_every_trainer_field_set_on_the_command_line_is_what_grpo_config_holds(build, field, tmp_path):
