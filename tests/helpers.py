@@ -249,7 +249,9 @@ def slurm_problem() -> str | None:
 def driver_env(model_cache: Path, **extra: str) -> dict[str, str]:
     """The environment every test's driver runs in: this checkout importable, the session's tiny-model
     cache, W&B quiet and never online (no API key unless a test passes one in `extra`)."""
-    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": str(REPO), "WANDB_SILENT": "true"}
+    # this checkout first, then whatever PYTHONPATH already holds (a GPU kit's wheels: scripts/gpu_lane.sh)
+    importable = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = {**os.environ, "GRPO_EXP_CACHE": str(model_cache), "PYTHONPATH": importable, "WANDB_SILENT": "true"}
     for name in ("WANDB_API_KEY", "PYTHONWARNINGS"):
         env.pop(name, None)
     return {**env, **extra}

@@ -129,11 +129,12 @@ def plan_block(output: str) -> str:
     the ranked fixes."""
     lines = output.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("train: peak"))
-    kept = [lines[0]]
+    kept, fixes = [lines[0]], False
     for line in lines[start:]:
         if line.startswith("["):  # the log line that follows the plan
             break
-        if not line.startswith(("host:", "  note:", "  colocated vLLM", "request (as vLLM")):
+        fixes = fixes or line.startswith("what would fit")
+        if fixes or line.startswith(("train: peak", "vllm: peak", *"┏┃┡│├└")):  # not the notes, however they wrap
             kept.append(line.rstrip())
     return "\n".join(kept)
 

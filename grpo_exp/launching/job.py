@@ -14,6 +14,7 @@ prints the run report after; tests call run() in-process with a config they comp
 import logging
 import shutil
 import time
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,16 +170,17 @@ def verdict(
     explicit: AbstractSet[str] = frozenset(),
     config_path: Path = Path(rundir.CONFIG),
     frozen: bool = False,
+    cards: Sequence = (),
 ) -> tuple[placement.Plan | None, planner.MemoryPlan | None, list[Problem]]:
     """The driver's plan of `cfg` and its memory verdict, launching and writing nothing: finalized as a run is
     (aliases, coerced values, model=auto's numbers, the launcher's own), checked (config and plan), then the memory
     plan (preflight.on_oom=fit included). The frontier sweeper plans each trial here and `grpo-exp calibrate` each
     measured run, so what they call fitting is what the driver calls fitting. `explicit`: the keys the user set.
     `frozen`: a run's config.yaml, finalized and checked when it ran (by the grpo_exp of its day, whose keys may
-    differ): planned as it is, the memory plan the driver made before deciding to run it.
-    (plan, memory plan, problems); no memory plan with problems."""
+    differ): planned as it is, on the `cards` it ran on (its plan.json's), the memory plan the driver made before
+    deciding to run it. (plan, memory plan, problems); no memory plan with problems."""
     if frozen:
-        as_ran = placement.make_plan(cfg, str(config_path), detected_gpus=gpus)
+        as_ran = placement.make_plan(cfg, str(config_path), detected_gpus=gpus, cards=cards)
         return as_ran, planner.memory_plan(cfg, as_ran), []
     problems = finalize(cfg, set(explicit), None)
     if problems:

@@ -3,7 +3,10 @@
 A file written by `grpo-exp calibrate` (results/calibrate.py) holds
 `{"factors": {"states", "activations", "logits"[, "vllm_overhead"]}, "device", "stat", "runs": [...]}`; with
 `preflight.calibration=<file>` the planner multiplies each group of its components (GROUPS) by its factor
-on plans for the same kind of device (a CPU calibration says nothing about a GPU).
+on plans for the same kind of device (a CPU calibration says nothing about a GPU). GPU runs measured with NVML add
+`"cuda_runtime_gib": {card: GiB}`: what a process on that card holds besides its tensors and its process group's
+share (NVML's device memory less the allocator's reserve, less cuda_runtime.process_group_part), which the planner
+then takes for that card in place of cuda_runtime.card_part.
 
 Fit: the train phase's measured peak is
 
@@ -19,6 +22,8 @@ Pure Python apart from numpy's least squares: no torch.
 
 import json
 from pathlib import Path
+
+from grpo_exp.core.gpus import same_card
 
 # The planner's components in the groups a calibration file corrects: fit() fits a factor per group from
 # measured runs; the planner multiplies each component of a group by its factor (memory.estimate_train).
@@ -50,6 +55,7 @@ ENGINE_GROUP = ("profile_activations", "non_torch", "cuda_graphs")
 # figure), corrected by one factor fitted from the nodes' measured RSS (fit_ratio): "host_runtime". CPU runs need
 # none: their node is their ranks' plans, which the groups above correct.
 HOST = "host_runtime"
+RUNTIME = "cuda_runtime_gib"
 
 
 def load(path: str | Path) -> dict:
@@ -106,3 +112,12 @@ def factors_for(path: str | Path | None, device: str) -> tuple:
         return ()
     data = load(path)
     return tuple(sorted(data["factors"].items())) if data.get("device") == device else ()
+
+
+def runtime_for(path: str | Path | None, card: str | None) -> float | None:
+    """preflight.calibration's CUDA runtime for `card`, in bytes, when the file measured one on it; else None."""
+    if not path or not card:
+        return None
+    measured = load(path).get(RUNTIME) or {}
+    named = [gib for name, gib in measured.items() if same_card(card, name) or same_card(name, card)]
+    return named[0] * 2**30 if named else None

@@ -12,7 +12,7 @@ from grpo_exp import DECODER_LINEAR_LAYERS, GIB
 from grpo_exp.config import env
 from grpo_exp.core import packages, plain
 from grpo_exp.models import model_families
-from grpo_exp.planning import calibration, lora, placement, prompt_tokens, vision
+from grpo_exp.planning import calibration, cuda_runtime, lora, placement, prompt_tokens, vision
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "auto": 2}
 QK_NORM_MODELS = ("qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text")  # q_norm / k_norm in attention
@@ -77,6 +77,9 @@ class Inputs:
     fsdp_ram_efficient_loading: bool = False
     tied: bool = False
     calibration: tuple = ()  # (group, factor) pairs from preflight.calibration (calibration.py)
+    card: str | None = None  # the GPU's name (cuda_runtime.py)
+    cuda_lazy: bool = True  # CUDA loads kernels as first used (known only where the card is detected here)
+    card_runtime: float | None = None  # what the card holds besides tensors, as measured on it (preflight.calibration)
     # model.quantization: bytes per weight of the quantized linear layers (constants included; 0 = not
     # quantized), how many weights that covers, the dtype each layer is dequantized to while it runs,
     # and whether the checkpoint itself is quantized (vLLM then serves it at those bits too).
@@ -252,6 +255,9 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         address_space_limited=plan.device == "cpu" and cfg.memory.limit_gib is not None,
         tied=bool(m.tie_word_embeddings),
         calibration=calibration.factors_for(cfg.preflight.get("calibration"), plan.device),
+        card=plan.gpu_name,
+        cuda_lazy=plan.card_source != "detected" or cuda_runtime.lazy_loading(cuda_runtime.installed_cuda()),
+        card_runtime=calibration.runtime_for(cfg.preflight.get("calibration"), plan.gpu_name),
         vllm_mode=cfg.vllm.mode,
         vllm_util=cfg.vllm.gpu_memory_utilization,
         vllm_tp=cfg.vllm.tensor_parallel_size,
@@ -271,7 +277,6 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
 def _families(m) -> dict:
     """The Inputs fields (`m`: model.*) of a mixture of experts and of layers by attention type."""
     n = model_families.counts(m)
-    key_dim = m.linear_num_key_heads * m.linear_key_head_dim
     value_dim = m.linear_num_value_heads * m.linear_value_head_dim
     return {
         "qk_norm": m.model_type in QK_NORM_MODELS,
@@ -285,7 +290,7 @@ def _families(m) -> dict:
         "sliding_layers": n["sliding"],
         "sliding_window": m.sliding_window or 0,
         "linear_layers": n["linear"],
-        "linear_conv_dim": 2 * key_dim + value_dim,
+        "linear_conv_dim": 2 * m.linear_num_key_heads * m.linear_key_head_dim + value_dim,
         "linear_value_dim": value_dim,
         "linear_value_heads": m.linear_num_value_heads,
         "linear_key_head_dim": m.linear_key_head_dim,
@@ -373,16 +378,13 @@ def _vllm_engine(cfg: DictConfig, capacity: float) -> dict:
 
 
 def _quantization(cfg: DictConfig) -> dict:
-    """The Inputs fields of model.quantization. Quantized: every decoder linear layer (attention and
-    MLP projections); embeddings, norms, lm_head and a vision tower stay in model.dtype (bitsandbytes
-    skips the output layer; the vision tower is planned unquantized, the conservative side)."""
+    """The Inputs fields of model.quantization: every decoder linear layer quantized; embeddings, norms, lm_head and a
+    vision tower stay in model.dtype (bitsandbytes skips the output layer; the tower is planned unquantized)."""
     q, m = cfg.model.get("quantization"), cfg.model
     if q is None:
         return {}
     q_dim, kv_dim = m.num_attention_heads * m.head_dim, m.num_key_value_heads * m.head_dim
-    linear = m.num_hidden_layers * (
-        2 * m.hidden_size * q_dim + 2 * m.hidden_size * kv_dim + 3 * m.hidden_size * m.intermediate_size
-    )
+    linear = m.num_hidden_layers * m.hidden_size * (2 * q_dim + 2 * kv_dim + 3 * m.intermediate_size)
     compute = m.dtype if q.compute_dtype == "auto" else q.compute_dtype
     return {
         "quant_bytes": quantized_bytes_per_weight(q),

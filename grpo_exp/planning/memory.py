@@ -8,16 +8,12 @@ reported in GiB (2**30); no torch import. Formulas, sources and known limits: do
 from dataclasses import dataclass, field, replace
 
 from grpo_exp import GIB, PHASES
-from grpo_exp.planning import activations, buffers, families, vision, vllm_engine
+from grpo_exp.planning import activations, buffers, cuda_runtime, families, vision, vllm_engine
 from grpo_exp.planning.calibration import GROUPS
 from grpo_exp.planning.inputs import Inputs
 
-# Per GPU process, NVML's device memory less the allocator's reserve, on the H200 records (tests/fixtures/gpu/,
-# torch 2.11 + CUDA 13): the CUDA context and cuBLAS workspaces 1.44-1.46 GiB; a process group on NCCL (DeepSpeed
-# on one rank) 0.91 GiB more.
-CUDA_CONTEXT = 1.45 * GIB
-NCCL_COMMUNICATOR = 0.9 * GIB
-# The caching allocator's reserve over the tensors alive at the peak on the same records (reserved - allocated):
+# The caching allocator's reserve over the tensors alive at the peak on the H200 records (tests/fixtures/gpu/,
+# reserved - allocated):
 # 1.6%, 2.1% and 3.7% with expandable_segments; 4% covers them.
 CUDA_ALLOCATOR_RESERVE = 0.04
 CPU_RUNTIME = 0.5 * GIB  # per CPU process: Python + torch + transformers + trl resident (measured here: ~0.5 GiB)
@@ -169,12 +165,19 @@ def estimate_train(x: Inputs) -> RoleEstimate:
 
 
 def runtime_bytes(x: Inputs) -> float:
-    """What a process holds besides its tensors: on a GPU the CUDA context and cuBLAS workspace (and NCCL's
-    communicator buffers where a process group runs on NCCL); on CPU Python and the libraries' resident pages."""
+    """What a process holds besides its tensors: on a GPU the CUDA context, the kernels and workspaces a step loads
+    (as measured on the plan's card where preflight.calibration has it) and NCCL's and DeepSpeed's share
+    (cuda_runtime.py); on CPU Python and the libraries' resident pages."""
     if x.device == "cuda":
-        uses_nccl = x.world_size > 1 or x.zero_stage > 0 or x.fsdp
-        return CUDA_CONTEXT + (NCCL_COMMUNICATOR if uses_nccl else 0.0)
+        card = x.card_runtime if x.card_runtime is not None else cuda_runtime.card_part(x.card, x.cuda_lazy)
+        return card + process_group_bytes(x)
     return CPU_RUNTIME_UNDER_LIMIT if x.address_space_limited else CPU_RUNTIME
+
+
+def process_group_bytes(x: Inputs) -> float:
+    """A GPU process's share of its process group on NCCL (cuda_runtime.process_group_part); 0 without one."""
+    nccl = x.world_size > 1 or x.zero_stage > 0 or x.fsdp
+    return cuda_runtime.process_group_part(x.world_size, nccl, x.zero_stage > 0, x.card)
 
 
 def allocator_fraction(x: Inputs) -> float:

@@ -15,10 +15,10 @@ from omegaconf import DictConfig
 from grpo_exp import GIB
 from grpo_exp import data as loaders
 from grpo_exp.config import env
-from grpo_exp.planning import host_memory, placement, vllm_engine
+from grpo_exp.planning import cuda_runtime, host_memory, placement, vllm_engine
 from grpo_exp.planning.fixes import suggest
 from grpo_exp.planning.inputs import Inputs, host_capacity_bytes, image_tokens, inputs
-from grpo_exp.planning.memory import estimate, sync_copy_bytes
+from grpo_exp.planning.memory import estimate, process_group_bytes, sync_copy_bytes
 from grpo_exp.planning.plan_rules import generation_batch_size
 
 
@@ -52,7 +52,7 @@ def memory_plan(cfg: DictConfig, plan) -> MemoryPlan:
     hosts = host_memory.estimate(x, e.train, nodes, host_capacity_bytes(cfg, plan))
     errors = [] if e.vllm is None or e.vllm.fits else [f"vLLM engine: {n}" for n in e.vllm.notes[:1]]
     errors += [line for node in _distinct(hosts) for line in _host_errors(x, node)]
-    notes = _card_notes(plan) + _prompt_notes(cfg, x) + _loopback_notes(cfg, plan)
+    notes = _card_notes(plan, x) + _prompt_notes(cfg, x) + _loopback_notes(cfg, plan)
     if loaders.prompts_from_environment(cfg.data) and cfg.data.max_prompt_length:
         notes.append(
             f"data=none: the environment's reset() gives every prompt; planned at data.max_prompt_length="
@@ -79,13 +79,18 @@ def memory_plan(cfg: DictConfig, plan) -> MemoryPlan:
     )
 
 
-def _card_notes(plan) -> list[str]:
-    if plan.card_source != "assumed":
+def _card_notes(plan, x: Inputs) -> list[str]:
+    """The card the plan assumed, and where its CUDA runtime comes from."""
+    if plan.device != "cuda":
         return []
-    return [
-        f"no GPU detected here and topology.gpu_memory_gib is null: each GPU planned as {plan.gpu_memory_gib:.0f} GiB "
-        "(set topology.gpu_memory_gib, or plan on the node that runs it)"
-    ]
+    notes = [cuda_runtime.describe(x.card, x.cuda_lazy, x.card_runtime, process_group_bytes(x), x.world_size)]
+    if plan.card_source == "assumed":
+        notes.insert(
+            0,
+            f"no GPU detected here and topology.gpu_memory_gib is null: each GPU planned as {plan.gpu_memory_gib:.0f} "
+            "GiB (set topology.gpu_memory_gib, or plan on the node that runs it)",
+        )
+    return notes
 
 
 def _loopback_notes(cfg: DictConfig, plan) -> list[str]:

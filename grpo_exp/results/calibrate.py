@@ -16,10 +16,11 @@ from typing import Any
 
 from grpo_exp import GIB
 from grpo_exp.config.model_schema import ModelConfig
-from grpo_exp.core import metrics, rundir
+from grpo_exp.core import gpus, metrics, rundir
+from grpo_exp.core.records import Status
 from grpo_exp.launching import job
-from grpo_exp.planning import inputs, memory, plan_file, vllm_engine
-from grpo_exp.planning.calibration import ENGINE, HOST, fit, fit_ratio, predict
+from grpo_exp.planning import cuda_runtime, inputs, memory, plan_file, vllm_engine
+from grpo_exp.planning.calibration import ENGINE, HOST, RUNTIME, fit, fit_ratio, predict
 
 
 def measured_train_gib(summary: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -30,10 +31,12 @@ def measured_train_gib(summary: Mapping[str, Any]) -> tuple[str, float] | None:
 
 def sample(run_dir: Path) -> dict | None:
     """One measured run as a fit sample: its train-phase peak and what the uncalibrated planner
-    puts in that phase, per group (GiB). None without a measured train phase."""
+    puts in that phase, per group (GiB). None for a run that did not complete or measured no train phase."""
     from omegaconf import DictConfig, OmegaConf
 
     summary = rundir.read_summary(run_dir)
+    if summary.get("status") != Status.COMPLETED:  # an OOM's peak is the card's limit, not what the run needed
+        return None
     measured = measured_train_gib(summary)
     config = Path(run_dir) / rundir.CONFIG
     if measured is None or not config.exists():
@@ -43,7 +46,9 @@ def sample(run_dir: Path) -> dict | None:
     # a run frozen before a model field existed (the families' numbers) reads that field's default
     cfg.model = OmegaConf.merge(OmegaConf.structured(ModelConfig), cfg.model)
     cfg.preflight.calibration = None  # the planner's own figures: factors are fitted against them
-    plan, _, _ = job.verdict(cfg, plan_file.read(run_dir).get("gpus_per_node") or 0, config_path=config, frozen=True)
+    ran = plan_file.read(run_dir)  # the card it ran on, planned again as that card
+    cards = [gpus.Card(ran["gpu_name"], ran["gpu_memory_gib"])] if ran.get("gpu_name") else []
+    plan, _, _ = job.verdict(cfg, ran.get("gpus_per_node") or 0, config_path=config, frozen=True, cards=cards)
     assert plan is not None  # a frozen config is planned as it is: never refused
     x = inputs.inputs(cfg, plan)
     parts = memory.train_phase_parts(x)
@@ -54,8 +59,18 @@ def sample(run_dir: Path) -> dict | None:
         "device": plan.device,
         **{k: v / GIB for k, v in parts.items()},
         **({"engine": engine_sample(summary, x)} if x.vllm_mode != "off" else {}),
-        **({"host": host_sample(summary)} if plan.device == "cuda" else {}),
+        **({"host": host_sample(summary), "cuda_runtime": runtime_sample(summary, x)} if plan.device == "cuda" else {}),
     }
+
+
+def runtime_sample(summary: Mapping[str, Any], x) -> dict | None:
+    """The card's CUDA runtime: measured (NVML's device memory at the train peak less the allocator's reserve, less
+    the planned process-group share) and planned (cuda_runtime.card_part), GiB; None without NVML's figure."""
+    used, reserved = (summary.get(metrics.peak("train", stat)) for stat in ("device_used_max", "reserved_max"))
+    if not used or not reserved or not x.card:
+        return None
+    logged = used - reserved - memory.process_group_bytes(x) / GIB
+    return {"card": x.card, "logged": logged, "planned": cuda_runtime.card_part(x.card, x.cuda_lazy) / GIB}
 
 
 def host_sample(summary: Mapping[str, Any]) -> dict | None:
@@ -84,6 +99,17 @@ def engine_sample(summary: Mapping[str, Any], x) -> dict | None:
     }
 
 
+def card_runtimes(samples: list[dict]) -> dict[str, float]:
+    """Each card's measured CUDA runtime (GiB): the median over its runs."""
+    import statistics
+
+    by_card: dict[str, list[float]] = {}
+    for s in samples:
+        if s.get("cuda_runtime"):
+            by_card.setdefault(s["cuda_runtime"]["card"], []).append(s["cuda_runtime"]["logged"])
+    return {card: statistics.median(logged) for card, logged in by_card.items()}
+
+
 def run_dirs(sources: list[str]) -> list[Path]:
     return [run_dir.resolve() for source in sources for run_dir in rundir.run_dirs(Path(source))]
 
@@ -100,14 +126,19 @@ def calibrate(sources: list[str], out: Path) -> dict:
         raise ValueError(
             f"runs from different devices ({', '.join(sorted(devices))}): calibrate each kind of device on its own"
         )
+    before = {s["run"]: predict(s, {}) for s in samples}
+    runtimes = card_runtimes(samples)
+    for s in samples:  # the fit sees each card's measured runtime, as the planner will (calibration.runtime_for)
+        if s.get("cuda_runtime") and s["cuda_runtime"]["card"] in runtimes:
+            s["states"] += runtimes[s["cuda_runtime"]["card"]] - s["cuda_runtime"]["planned"]
     factors = fit(samples)
     for name, key in ((ENGINE, "engine"), (HOST, "host")):
         factor = fit_ratio([s[key] for s in samples if s.get(key)])
         if factor is not None:
             factors[name] = factor
 
-    def error(s, f):
-        return 100 * (predict(s, f) - s["measured"]) / s["measured"]
+    def error(predicted, s):
+        return 100 * (predicted - s["measured"]) / s["measured"]
 
     result = {
         "factors": factors,
@@ -117,11 +148,12 @@ def calibrate(sources: list[str], out: Path) -> dict:
             {
                 "run": s["run"],
                 "measured_gib": s["measured"],
-                "error_before_pct": error(s, {}),
-                "error_after_pct": error(s, factors),
+                "error_before_pct": error(before[s["run"]], s),
+                "error_after_pct": error(predict(s, factors), s),
             }
             for s in samples
         ],
+        **({RUNTIME: runtimes} if runtimes else {}),
     }
     out.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -154,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(result['runs'])} runs ({result['device']}, {result['stat']}): factors "
         + ", ".join(f"{k} {v:.2f}" for k, v in result["factors"].items())
     )
+    for card, gib in result.get(RUNTIME, {}).items():
+        print(f"  CUDA runtime on {card}: {gib:.2f} GiB per process as measured (the plans for it take this figure)")
     for r in result["runs"]:
         print(
             f"  {Path(r['run']).name}: measured {r['measured_gib']:.2f} GiB, planner error "

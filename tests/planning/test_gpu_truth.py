@@ -64,6 +64,25 @@ def test_topology_local_plans_the_detected_card_and_names_it_first(monkeypatch, 
     assert (plan["gpu_name"], plan["card_source"]) == ("NVIDIA GeForce RTX 4090", "detected")
 
 
+def test_a_detected_card_plans_this_machine_s_cuda_module_loading(monkeypatch, tmp_path):
+    """Where the card is detected the plan runs where training will: CUDA_MODULE_LOADING=EAGER there loads every
+    kernel at start (cuda_runtime.EAGER_MODULES); a topology's card is another machine's, whose environment it
+    does not know."""
+    from grpo_exp.planning import cuda_runtime
+
+    fake_nvml(monkeypatch, [("NVIDIA GeForce RTX 4090", 23.99)])
+
+    def runtime(*overrides, name):
+        ended = run_job("topology=local", "action=plan", *overrides, run_dir=tmp_path / name, gpus=None)
+        return ended.memory.train["components_gib"]["runtime"]
+
+    lazy = runtime(name="lazy")
+    monkeypatch.setenv("CUDA_MODULE_LOADING", "EAGER")
+    assert runtime(name="eager") == pytest.approx(lazy + cuda_runtime.EAGER_MODULES / GIB)
+    named = ("topology.gpu_name=RTX-4090", "topology.gpu_memory_gib=23.99")
+    assert runtime(*named, name="named") == pytest.approx(lazy)
+
+
 def test_a_topology_naming_another_card_is_a_warning_at_run(monkeypatch):
     from grpo_exp.planning import placement
 
