@@ -134,7 +134,9 @@ def describe(card_name: str | None, lazy: bool, measured: float | None, group: f
     else:
         named = card_name is not None and gpus.same_card(key, card_name)
         who = (
-            f"{key}: {c.sms} SMs x {c.threads_per_sm} threads" if named else f"{card_name}, not in CARDS: as the {key}"
+            f"{key}: {c.sms} SMs x {c.threads_per_sm} threads"
+            if named
+            else f"{card_name or 'no card named'}, not in CARDS: as the {key}"
         )
         loading = (
             "kernels loaded lazily"

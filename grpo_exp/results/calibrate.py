@@ -110,6 +110,15 @@ def card_runtimes(samples: list[dict]) -> dict[str, float]:
     return {card: statistics.median(logged) for card, logged in by_card.items()}
 
 
+def with_measured_runtime(s: dict, runtimes: Mapping[str, float]) -> dict:
+    """A sample as the planner plans it with a calibration file's measured runtimes (calibration.runtime_for): its
+    card's measured runtime in place of the planned card part."""
+    r = s.get("cuda_runtime")
+    if not r or r["card"] not in runtimes:
+        return s
+    return {**s, "states": s["states"] + runtimes[r["card"]] - r["planned"]}
+
+
 def run_dirs(sources: list[str]) -> list[Path]:
     return [run_dir.resolve() for source in sources for run_dir in rundir.run_dirs(Path(source))]
 
@@ -128,9 +137,7 @@ def calibrate(sources: list[str], out: Path) -> dict:
         )
     before = {s["run"]: predict(s, {}) for s in samples}
     runtimes = card_runtimes(samples)
-    for s in samples:  # the fit sees each card's measured runtime, as the planner will (calibration.runtime_for)
-        if s.get("cuda_runtime") and s["cuda_runtime"]["card"] in runtimes:
-            s["states"] += runtimes[s["cuda_runtime"]["card"]] - s["cuda_runtime"]["planned"]
+    samples = [with_measured_runtime(s, runtimes) for s in samples]  # as the planner will see them
     factors = fit(samples)
     for name, key in ((ENGINE, "engine"), (HOST, "host")):
         factor = fit_ratio([s[key] for s in samples if s.get(key)])

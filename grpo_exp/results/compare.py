@@ -120,14 +120,14 @@ def apply_calibration(runs: list[Run], path: Path) -> None:
     """Each measured local run gains the planner's train-phase error without and with the factors
     in `path` (a file from grpo-exp calibrate)."""
 
-    factors = calibration.load(path)["factors"]
+    data = calibration.load(path)
+    factors, runtimes = data["factors"], data.get(calibration.RUNTIME, {})
     for run in runs:
         sample = calibrate.sample(run.path) if run.path is not None else None
         if sample is not None:
+            calibrated = calibration.predict(calibrate.with_measured_runtime(sample, runtimes), factors)
             run.train_error_pct = 100 * (calibration.predict(sample, {}) - sample["measured"]) / sample["measured"]
-            run.calibrated_error_pct = (
-                100 * (calibration.predict(sample, factors) - sample["measured"]) / sample["measured"]
-            )
+            run.calibrated_error_pct = 100 * (calibrated - sample["measured"]) / sample["measured"]
 
 
 def _fmt(value) -> str:

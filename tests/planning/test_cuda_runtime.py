@@ -110,3 +110,17 @@ def test_calibrate_measures_the_card_s_runtime_and_its_plans_take_it(tmp_path):
     other = ("topology=1x1", "topology.gpu_name=A100-80GB", "topology.gpu_memory_gib=80", "vllm=off")
     assert runtime_gib(*other, calibrated) == runtime_gib(*other)  # measured on another card: not this one's
     assert any("1.20 GiB as measured on H200" in n for n in planned("topology=1x1", *H200, calibrated).memory.notes)
+
+
+def test_compare_s_calibrated_error_takes_the_card_s_measured_runtime(tmp_path):
+    """`grpo-exp compare --calibration` predicts as the planner plans with the file: the measured runtime included."""
+    from grpo_exp.results import compare
+
+    runs = [r for r in compare.load_local(FIXTURES / "gpu" / "h200-2026-11-28") if r.path.name == "a_q05_full"]
+    measured_only = tmp_path / "runtime.json"
+    measured_only.write_text(json.dumps({"factors": {}, "device": "cuda", "cuda_runtime_gib": {"NVIDIA H200": 1.2}}))
+    compare.apply_calibration(runs, measured_only)
+    (run,) = runs
+    peak = rundir.read_summary(run.path)[metrics.peak("train", "device_used_max")]
+    lowered = (1.45 - 1.2) * 100 / peak  # the planned card part less the measured one, in % of the measured peak
+    assert run.train_error_pct - run.calibrated_error_pct == pytest.approx(lowered, rel=0.01)
