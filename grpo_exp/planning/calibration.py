@@ -15,7 +15,8 @@ Fit: the train phase's measured peak is
 by least squares over the runs (factors kept >= FLOOR, the others refitted when one is held there). Runs
 across batch sizes and completion lengths separate the three: states do not change with them,
 activations grow with batch x sequence, logits with batch x completion. A factor the runs cannot
-separate (the same batch and lengths everywhere) stays 1.0.
+separate (the same batch and lengths everywhere) stays 1.0, and so does the least varying one where the runs do not
+outnumber the factors (three factors fit three runs exactly, whatever the truth).
 
 Pure Python apart from numpy's least squares: no torch.
 """
@@ -75,6 +76,9 @@ def fit(samples: list[dict]) -> dict[str, float]:
 
     factors = {g: 1.0 for g in GROUPS}
     free = [g for g in GROUPS if g == "states" or len({round(s[g], 6) for s in samples}) > 1]
+    # As many factors as runs fit the runs exactly, whatever is true: fewer factors than runs are freed, states and
+    # the groups that vary most across the runs
+    free = free[:1] + sorted(free[1:], key=lambda g: -_spread(samples, g))[: max(0, len(samples) - 2)]
     while free:
         held = [g for g in GROUPS if g not in free]
         a = np.array([[s[g] for g in free] for s in samples])
@@ -88,6 +92,12 @@ def fit(samples: list[dict]) -> dict[str, float]:
             factors[g] = FLOOR
             free.remove(g)
     return factors
+
+
+def _spread(samples: list[dict], group: str) -> float:
+    """How much a group varies across the runs, relative to its mean."""
+    values = [s[group] for s in samples]
+    return (max(values) - min(values)) / max(sum(values) / len(values), 1e-9)
 
 
 def fit_ratio(samples: list[dict]) -> float | None:

@@ -339,6 +339,24 @@ def test_calibration_fit_recovers_factors_and_holds_a_floor():
     assert [calibration.predict(s, fitted) for s in samples] == pytest.approx([s["measured"] for s in samples], rel=0.1)
 
 
+def test_calibration_frees_fewer_factors_than_it_has_runs():
+    """Three factors through three runs fit them exactly, whatever is true (the H200 records of 2026-11-28 came out as
+    states 0.08, logits 17.9): the group that varies least across the runs stays 1.0."""
+    from grpo_exp.planning import calibration
+
+    parts = [(20.0, 1.0, 1.00), (28.0, 1.9, 1.05), (28.0, 2.1, 1.10)]
+    samples = [{"states": a, "activations": b, "logits": c} for a, b, c in parts]
+    for s, noise in zip(samples, (0.3, -0.2, 0.1), strict=True):
+        s["measured"] = calibration.predict(s, {}) + noise
+    fitted = calibration.fit(samples)
+    assert fitted["logits"] == 1.0 and 0.9 < fitted["states"] < 1.1 and fitted["activations"] != 1.0
+    assert calibration.fit(samples[:2]) == {
+        "states": pytest.approx(fitted["states"], abs=0.05),
+        "activations": 1.0,
+        "logits": 1.0,
+    }
+
+
 def test_the_plan_knows_an_agentic_runs_episodes():
     """plan.json's env: the tools the model sees, its rounds, and the episodes alive on each rank (its share of
     a generation batch: per_device_train_batch_size x steps_per_generation); the notes say what bounds them."""
