@@ -8,7 +8,7 @@ import pytest
 
 from grpo_exp.core import rundir
 from grpo_exp.results import compare, dashboard, report, wandb_file
-from tests.helpers import run_driver
+from tests.helpers import planned, run_driver
 
 # Metrics a CPU run cannot produce: the GPU allocator and NVML stats, the vLLM server, weight sync.
 NOT_ON_CPU = (*dashboard.GPU_STATS, "/vllm/", "weight_sync")
@@ -132,5 +132,13 @@ def test_planning_frontier_launches_nothing(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     frontier = json.loads((sweep / "frontier.json").read_text())
-    assert frontier["frontier"] == {"4": 8, "8": 8}
+    shape = ("model=qwen7b", "topology=1x8", "trainer.max_completion_length=4096")
+
+    def fits(batch: int, generations: int) -> bool:
+        both = (f"trainer.per_device_train_batch_size={batch}", f"trainer.num_generations={generations}")
+        return planned(*shape, *both).memory.fits
+
+    # the largest candidate the planner says fits, per num_generations (8 and 8 before NCCL's buffers were planned)
+    assert frontier["frontier"] == {str(g): max(b for b in (1, 2, 4, 8, 16, 32) if fits(b, g)) for g in (4, 8)}
+    assert max(frontier["frontier"].values()) > 1  # the plan separates the candidates
     assert not list(sweep.glob("*/train.log"))  # nothing trained
