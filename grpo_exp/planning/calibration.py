@@ -22,6 +22,7 @@ Pure Python apart from numpy's least squares: no torch.
 """
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from grpo_exp.core.gpus import same_card
@@ -115,19 +116,24 @@ def predict(sample: dict, factors: dict[str, float]) -> float:
     return sample.get("other", 0.0) + sum(factors.get(g, 1.0) * sample[g] for g in GROUPS)
 
 
-def factors_for(path: str | Path | None, device: str) -> tuple:
-    """preflight.calibration's factors as (group, factor) pairs, when they were fitted on this kind of
+def inputs_for(path: str | Path | None, device: str, card: str | None) -> dict:
+    """The Inputs fields preflight.calibration sets: its factors, when fitted on this kind of device, and the CUDA
+    runtime measured on this card (bytes; None where none was); none of either without a file."""
+    data = load(path) if path else {}
+    runtime = runtime_for(data.get(RUNTIME, {}), card)
+    return {"calibration": factors_for(data, device), "card_runtime": None if runtime is None else runtime * 2**30}
+
+
+def factors_for(data: dict | None, device: str) -> tuple:
+    """A calibration file's factors (`data`: load's) as (group, factor) pairs, when they were fitted on this kind of
     device; () without a file."""
-    if not path:
+    if not data:
         return ()
-    data = load(path)
     return tuple(sorted(data["factors"].items())) if data.get("device") == device else ()
 
 
-def runtime_for(path: str | Path | None, card: str | None) -> float | None:
-    """preflight.calibration's CUDA runtime for `card`, in bytes, when the file measured one on it; else None."""
-    if not path or not card:
-        return None
-    measured = load(path).get(RUNTIME) or {}
-    named = [gib for name, gib in measured.items() if same_card(card, name) or same_card(name, card)]
-    return named[0] * 2**30 if named else None
+def runtime_for(runtimes: Mapping[str, float], card: str | None) -> float | None:
+    """The CUDA runtime measured on `card` (GiB), from a calibration file's RUNTIME table, matched by the card's
+    words either way ("H200" and "NVIDIA H200"); None where none was measured on it."""
+    named = [gib for name, gib in runtimes.items() if card and (same_card(card, name) or same_card(name, card))]
+    return named[0] if named else None

@@ -78,15 +78,16 @@ NCCL_CONNECTIONS_PER_CHANNEL = 3
 NCCL_CHANNELS = {True: 32, False: 2}
 
 
+def known(name: str | None) -> str | None:
+    """The table's name for a card (the driver's name or a topology's gpu_name), None where the table has none."""
+    named = [key for key in CARDS if gpus.same_card(key, name)] if name else []
+    return max(named, key=len) if named else None
+
+
 def card(name: str | None) -> tuple[str, Card]:
-    """The table's name and numbers for a card (the driver's name or a topology's gpu_name); MEASURED_CARD's for a
-    card the table does not name."""
-    if name:
-        named = [key for key in CARDS if gpus.same_card(key, name)]
-        if named:
-            key = max(named, key=len)
-            return key, CARDS[key]
-    return MEASURED_CARD, CARDS[MEASURED_CARD]
+    """The table's name and numbers for a card; MEASURED_CARD's for a card the table does not name."""
+    key = known(name) or MEASURED_CARD
+    return key, CARDS[key]
 
 
 def lazy_loading(cuda_version: tuple[int, int] | None, env: Mapping[str, str] = os.environ) -> bool:
@@ -132,10 +133,9 @@ def describe(card_name: str | None, lazy: bool, measured: float | None, group: f
     if measured is not None:
         part = f"{measured / GIB:.2f} GiB as measured on {card_name} (preflight.calibration)"
     else:
-        named = card_name is not None and gpus.same_card(key, card_name)
         who = (
             f"{key}: {c.sms} SMs x {c.threads_per_sm} threads"
-            if named
+            if known(card_name)
             else f"{card_name or 'no card named'}, not in CARDS: as the {key}"
         )
         loading = (

@@ -20,7 +20,7 @@ from grpo_exp.core import gpus, metrics, rundir
 from grpo_exp.core.records import Status
 from grpo_exp.launching import job
 from grpo_exp.planning import cuda_runtime, inputs, memory, plan_file, vllm_engine
-from grpo_exp.planning.calibration import ENGINE, HOST, RUNTIME, fit, fit_ratio, predict
+from grpo_exp.planning.calibration import ENGINE, HOST, RUNTIME, fit, fit_ratio, predict, runtime_for
 
 
 def measured_train_gib(summary: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -114,9 +114,8 @@ def with_measured_runtime(s: dict, runtimes: Mapping[str, float]) -> dict:
     """A sample as the planner plans it with a calibration file's measured runtimes (calibration.runtime_for): its
     card's measured runtime in place of the planned card part."""
     r = s.get("cuda_runtime")
-    if not r or r["card"] not in runtimes:
-        return s
-    return {**s, "states": s["states"] + runtimes[r["card"]] - r["planned"]}
+    measured = runtime_for(runtimes, r["card"]) if r else None
+    return s if r is None or measured is None else {**s, "states": s["states"] + measured - r["planned"]}
 
 
 def run_dirs(sources: list[str]) -> list[Path]:
