@@ -7,7 +7,8 @@ at most 0.8x of 94b2bb9's plan and 0.05x of the import.
     python benchmarks/plan_speed.py --against HEAD~3 --runs 9
 
 Each pair runs the two checkouts back to back with the same interpreter (this venv), the old one from a
-`git archive` of its commit; the ratio reported is the median of the pairs' ratios, so a busy moment slows both.
+`git archive` of its commit, both compiled to bytecode first; the ratio reported is the median of the pairs' ratios,
+so a busy moment slows both.
 """
 
 import argparse
@@ -71,6 +72,10 @@ def main() -> None:
         old.mkdir()
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against], check=True, capture_output=True)
         subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+        # Both from bytecode, as an installed package runs: where PYTHONDONTWRITEBYTECODE is set (these machines set
+        # it) a fresh archive would otherwise compile every module on every run, ~0.2 s the old plan never pays in use
+        for root in (ROOT, old):
+            subprocess.run([sys.executable, "-m", "compileall", "-q", "grpo_exp", "hydra_plugins"], cwd=root, check=True)
         timed(ROOT, PAIRED, Path(tmp) / "warm-new")  # the first of each reads cold files
         timed(old, PAIRED, Path(tmp) / "warm-old")
         pairs = [

@@ -131,6 +131,12 @@ def compose_cfg(*overrides: str, hydra_config: bool = False) -> DictConfig:
 def report(*items: str, gpus: int = 0) -> tuple[str, DictConfig | None]:
     """What the driver reports for these command-line overrides, in-process, and the checked config (None
     when it did not compose): the pre-scan of unknown keys, composing, finalize, then the staged checks."""
+    text, cfg, _ = _checked(*items, gpus=gpus)
+    return text, cfg
+
+
+def _checked(*items: str, gpus: int = 0):
+    """report()'s text and config, and the launch plan the checks made (None where a stage stopped them)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -144,11 +150,11 @@ def report(*items: str, gpus: int = 0) -> tuple[str, DictConfig | None]:
     try:
         cfg = compose_cfg(*[i for i in items if i not in unknown])
     except (HydraException, OmegaConfBaseException, ValueError, OverflowError) as exc:
-        return "\n".join([*found, errors.explain(exc)]), None
-    problems = job.finalize(cfg, set(overrides.values(items)))
+        return "\n".join([*found, errors.explain(exc)]), None, None
+    plan, problems = None, job.finalize(cfg, set(overrides.values(items)))
     if not problems:
-        problems = job.check(cfg, Path("/nonexistent-run-dir"), gpus=gpus)[1]
-    return "\n".join(found + [str(p) for p in problems]), cfg
+        plan, problems = job.check(cfg, Path("/nonexistent-run-dir"), gpus=gpus)
+    return "\n".join(found + [str(p) for p in problems]), cfg, plan
 
 
 def problems(*overrides: str, gpus: int = 0) -> list:
@@ -178,12 +184,10 @@ class Planned:
 
 def planned(*overrides: str, gpus: int = 0) -> Planned:
     """The driver's plan of `overrides` (action=plan), which must pass every check."""
-    from grpo_exp.launching import job
     from grpo_exp.planning import planner
 
-    text, cfg = report("action=plan", *overrides, gpus=gpus)
+    text, cfg, plan = _checked("action=plan", *overrides, gpus=gpus)
     assert text == "", text
-    plan, _ = job.check(cfg, Path("/nonexistent-run-dir"), gpus=gpus)
     return Planned(cfg, plan, planner.memory_plan(cfg, plan))
 
 

@@ -107,7 +107,8 @@ def mistyped_interpolations(cfg) -> list[Problem]:
     """Values whose interpolation resolves to what the schema's type refuses (`peft.target_modules=${seed}`: an
     int for a list): the schema checks an interpolation's text when composing, never its value. Each resolved value
     is checked by the typed node that holds the interpolation in the composed config (an IntegerNode, a ListConfig
-    of str), as composing would have checked it: no schema is built (a structured Config per plan took 5% of it)."""
+    of str), as composing would have checked it: no schema is built (a structured Config per plan took 5% of it).
+    Each interpolation is resolved here once: one that does not resolve raises OmegaConf's error."""
     from omegaconf import DictConfig, ListConfig
 
     problems = []

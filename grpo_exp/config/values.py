@@ -152,15 +152,14 @@ def check_choices(cfg: DictConfig) -> list[Problem]:
 def check_ranges(cfg: DictConfig) -> list[Problem]:
     problems = []
     ranges = {**RANGES, **launcher_options.ranges()}
+    # every number of the config by its full key, in one walk (a select per key costs more than the walk)
+    numbers = dict(_flat_numbers(OmegaConf.to_container(cfg, resolve=True)))
     for key, (ok, wanted) in ranges.items():
-        value = OmegaConf.select(cfg, key)
-        if not is_number(value):  # null = unset; other types are the schema's job
-            continue
-        if not math.isfinite(value) or not ok(value):
+        value = numbers.get(key)  # absent: null (unset) or not a number, which is the schema's job
+        if value is not None and (not math.isfinite(value) or not ok(value)):
             problems.append(Problem(key, f"is {value:.6g}; it must be {wanted}", f"set {key} to a value {wanted}"))
-    bounded = set(ranges)
-    for key, value in _flat_numbers(OmegaConf.to_container(cfg, resolve=True)):
-        if key not in bounded and not key.startswith("hydra.") and (not math.isfinite(value) or abs(value) > 2**53):
+    for key, value in numbers.items():
+        if key not in ranges and not key.startswith("hydra.") and (not math.isfinite(value) or abs(value) > 2**53):
             problems.append(
                 Problem(
                     key, f"is {value:.6g}; numbers must be finite and at most 2^53", f"set {key} to a realistic value"

@@ -27,7 +27,7 @@ from grpo_exp.config import config_checks, errors, keys, resume
 from grpo_exp.core import gpus, outcome, rundir
 from grpo_exp.core.outcome import LaunchFailed, Mismatch
 from grpo_exp.core.records import Status, Summary
-from grpo_exp.launching import launch, launchers, ports, preflight
+from grpo_exp.launching import launchers, ports, preflight
 from grpo_exp.models import model_info
 from grpo_exp.planning import fixes, placement, plan_file, plan_rules, planner
 from grpo_exp.planning.report import headline, print_plan
@@ -84,7 +84,7 @@ def run(job: Job) -> Ended:
     plan, problems = None, finalize(cfg, job.explicit, run_dir)
     cards = gpus.detect() if job.gpus is None else []  # this machine's cards: what topology=local plans against
     if not problems:  # the checks read what finalize fills in (model=auto's numbers)
-        plan, problems = check(cfg, run_dir, launch.visible_gpus() if job.gpus is None else job.gpus, cards)
+        plan, problems = check(cfg, run_dir, gpus.count() if job.gpus is None else job.gpus, cards)
     # unknown keys were left out of composing: the rest was checked beside them; there is a plan where no problem is
     if job.unknown or problems or plan is None:
         return _refuse(run_dir, job.unknown + problems, job.sweeping)
@@ -128,11 +128,11 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
     (`explicit`: the keys the user set), model=auto's architecture numbers from config.json, free ports for
     `auto`, and on Kubernetes the job's name and its pods' addresses. The problems that stop it (an
     interpolation that does not resolve, a bad port, a model whose config.json cannot be read)."""
-    try:  # every interpolation resolves (${oc.env:...} of an unset variable does not)
-        OmegaConf.to_container(cfg, resolve=True)
+    try:  # every interpolation resolves (${oc.env:...} of an unset variable does not), to a value of its key's type
+        mistyped = errors.mistyped_interpolations(cfg)
     except OmegaConfBaseException as exc:
         return errors.unresolvable(cfg) or [errors.as_problem(exc)]
-    if mistyped := errors.mistyped_interpolations(cfg):
+    if mistyped:
         return mistyped
     problems = ports.check_values(cfg) + keys.resolve(cfg, set(explicit)) + model_info.complete(cfg.model)
     problems += launchers.check(cfg)
@@ -140,6 +140,9 @@ def finalize(cfg: DictConfig, explicit: set[str], run_dir: Path | None = None) -
         launcher = launchers.of(cfg)
         launcher.finalize(cfg, run_dir)
         ports.resolve_auto(cfg, launcher.PICKS_PORTS_HERE)  # before the plan's commands and config.yaml name them
+        # Every value final: resolve the interpolations once, here, rather than in each check and plan that reads
+        # them (each resolution re-parses its ${...}), and the frozen config.yaml says exactly what was checked.
+        OmegaConf.resolve(cfg)
     return problems
 
 

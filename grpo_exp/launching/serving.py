@@ -15,8 +15,6 @@ import json
 import logging
 import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from omegaconf import DictConfig
 
@@ -37,6 +35,10 @@ class Agent:
     """GET /fingerprint, POST /stop {status, error}: the serving node's side."""
 
     def __init__(self, cfg: DictConfig):
+        # http.server and urllib.request are imported where used: they bring http.client, email and ssl (~30 ms
+        # of every start-up), and only a serving node's driver and node 0's at run time use them
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
         self.fingerprint = _fingerprint(cfg)
         self.stopped = threading.Event()
         self.outcome: RankRecord = {}  # {status, error} as node 0 reported the run's end
@@ -93,6 +95,8 @@ def _agent_url(cfg: DictConfig, path: str) -> str:
 def check_fingerprint(cfg: DictConfig) -> None:
     """Node 0, before training: raise Mismatch (and stop the serving node) if the
     serving node runs another config."""
+    import urllib.request  # where used: see Agent
+
     deadline = time.time() + cfg.vllm.server_timeout
     while True:
         try:
@@ -117,6 +121,8 @@ def check_fingerprint(cfg: DictConfig) -> None:
 
 def send_stop(cfg: DictConfig, status: str, error: str | None = None) -> None:
     """Node 0, at the end of the run: tell the serving node how it ended (best effort)."""
+    import urllib.request  # where used: see Agent
+
     request = urllib.request.Request(
         _agent_url(cfg, "/stop"), data=json.dumps({"status": status, "error": error}).encode(), method="POST"
     )

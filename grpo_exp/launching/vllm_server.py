@@ -6,8 +6,6 @@ plan reserved.
 
 import threading
 import time
-import urllib.error
-import urllib.request
 
 from omegaconf import DictConfig
 
@@ -81,6 +79,10 @@ def health_url(cfg: DictConfig) -> str:
 
 def answers(url: str, timeout_s: float) -> str | None:
     """None where `url` answers 200 within `timeout_s`; else why not."""
+    # here, not at the top: urllib.request brings http.client, email and ssl (~30 ms), and a plan never asks
+    import urllib.error
+    import urllib.request
+
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return None if response.status == 200 else f"HTTP {response.status}"
@@ -123,13 +125,10 @@ def wait_healthy(url: str, timeout_s: float, is_alive=lambda: True, poll_s: floa
     while time.time() - started < timeout_s:
         if not is_alive():
             raise ServerNotReady(with_log_tail(f"the vLLM server exited before answering {url}", log_tail()))
-        try:
-            with urllib.request.urlopen(url, timeout=poll_s) as response:
-                if response.status == 200:
-                    return time.time() - started
-                last_error = f"HTTP {response.status}"
-        except (urllib.error.URLError, OSError) as exc:
-            last_error = str(getattr(exc, "reason", exc))
+        why = answers(url, timeout_s=poll_s)
+        if why is None:
+            return time.time() - started
+        last_error = why
         time.sleep(poll_s)
     raise ServerNotReady(
         with_log_tail(

@@ -7,6 +7,20 @@ from grpo_exp.config import errors
 from tests.helpers import compose_cfg, every, fast_lane, problem_keys, problems
 
 
+def test_a_value_left_missing_is_named_with_its_full_key_as_omegaconf_names_it():
+    """check_required walks the plain container instead of OmegaConf.missing_keys (several times faster on the
+    config's ~500 keys): the same keys, in the config's order, a list's element by its index."""
+    from omegaconf import OmegaConf
+
+    from grpo_exp.config import config_checks
+
+    cfg = compose_cfg("data.name=???", "trainer.reward_weights=[1.0,???]")
+    found = problem_keys(config_checks.check_required(cfg))
+    assert found == ["data.name", "trainer.reward_weights[1]"]
+    assert set(found) == OmegaConf.missing_keys(cfg)
+    assert problem_keys(problems("data.name=???"))[:1] == ["data.name"]  # and the driver stops there
+
+
 # --- the driver and TRL in step ----------------------------------------------------------------
 # Each invalid trainer value, and how the library stack refuses it when the driver does not:
 # GRPOConfig's own __post_init__, or the object TRL/transformers build from it during training.
