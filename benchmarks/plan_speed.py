@@ -75,7 +75,8 @@ def main() -> None:
         # Both from bytecode, as an installed package runs: where PYTHONDONTWRITEBYTECODE is set (these machines set
         # it) a fresh archive would otherwise compile every module on every run, ~0.2 s the old plan never pays in use
         for root in (ROOT, old):
-            subprocess.run([sys.executable, "-m", "compileall", "-q", "grpo_exp", "hydra_plugins"], cwd=root, check=True)
+            compile_all = [sys.executable, "-m", "compileall", "-q", "grpo_exp", "hydra_plugins"]
+            subprocess.run(compile_all, cwd=root, check=True)
         timed(ROOT, PAIRED, Path(tmp) / "warm-new")  # the first of each reads cold files
         timed(old, PAIRED, Path(tmp) / "warm-old")
         pairs = [
