@@ -30,13 +30,13 @@ def plain_spec(overrides: list[str], out: Path) -> dict:
     from omegaconf import OmegaConf
 
     from grpo_exp import CONF_DIR
-    from grpo_exp.config.schema import register_configs
+    from grpo_exp.config.registry import register_configs
     from grpo_exp.training.build import model_path
 
     register_configs()
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=overrides)
-    assert cfg.data.loader == "toy_math" and cfg.vllm.mode == "off" and not cfg.peft.enabled, (
+    assert cfg.data.name == "toy_math" and cfg.vllm.mode == "off" and not cfg.peft.enabled, (
         "plain_trl.py: toy_math only"
     )
     trainer = OmegaConf.to_container(cfg.trainer, resolve=True)

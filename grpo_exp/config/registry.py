@@ -2,6 +2,7 @@
 and the resolvers the config's interpolations use. __main__ calls it where the command starts (and registers the
 frontier sweeper beside it); tests compose after it too."""
 
+import functools
 import secrets
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from grpo_exp.config.schema import Config
 from grpo_exp.core.rundir import node_subdir
 
 
+@functools.cache  # once per process: storing the schema builds its ~500 typed nodes (~50 ms), and the store outlives
+# every compose (a recipe's check composes again after the command line's)
 def register_configs() -> None:
     """Make `schema`, the `sweep` group (files in top-level sweeps/) and our resolvers known to Hydra."""
     # ${eq:a,b}: lets trainer.bf16 follow model.dtype. Resolved before the config is frozen.

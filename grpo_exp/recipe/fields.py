@@ -58,8 +58,9 @@ _YAML_BOOL_WORDS = {False: ("no", "off", "false"), True: ("yes", "on", "true")}
 
 def _shipped_model(name_or_path: str) -> str | None:
     """The conf/model option for a hub id grpo_exp ships numbers for (plans offline)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it: 20 files, ~10x faster
     for path in sorted((CONF_DIR / "model").glob("*.yaml")):
-        if yaml.safe_load(path.read_text()).get("name_or_path") == name_or_path:
+        if yaml.load(path.read_text(), Loader=loader).get("name_or_path") == name_or_path:
             return path.stem
     return None
 
