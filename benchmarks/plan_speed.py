@@ -50,6 +50,34 @@ def timed(root: Path, command: list[str], run_dir: Path) -> float:
     return took
 
 
+EMPTY_APP = """import hydra
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(cfg):
+    pass
+
+
+main()
+"""
+
+
+def empty_app_seconds(tmp: Path, runs: int) -> float:
+    """The floor any Hydra plan stands on: an @hydra.main app with a one-key config (Python, Hydra's import, its
+    compose and run dir), median of `runs`."""
+    app = tmp / "empty_app"
+    (app / "conf").mkdir(parents=True)
+    (app / "conf" / "config.yaml").write_text("a: 1\n")
+    (app / "app.py").write_text(EMPTY_APP)
+    took = []
+    for i in range(runs):
+        started = time.perf_counter()
+        command = [sys.executable, "app.py", f"hydra.run.dir={app}/run{i}"]
+        subprocess.run(command, cwd=app, check=True, capture_output=True)
+        took.append(time.perf_counter() - started)
+    return statistics.median(took)
+
+
 def import_seconds(runs: int = 3) -> float:
     """The unit: the fastest of `runs` imports of TRL's trainer in a fresh interpreter."""
     best = float("inf")
@@ -92,6 +120,8 @@ def main() -> None:
         )
         large = [timed(ROOT, LARGE, Path(tmp) / f"large{i}") for i in range(args.runs)]
         print(f"plan of 512 nodes: median {statistics.median(large):.3f} s = {statistics.median(large) / unit:.3f}x")
+        floor = empty_app_seconds(Path(tmp), args.runs)
+        print(f"an empty @hydra.main app (the floor): median {floor:.3f} s = {floor / unit:.3f}x")
 
 
 if __name__ == "__main__":

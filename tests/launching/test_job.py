@@ -58,6 +58,24 @@ def test_auto_ports_are_free_numbers_before_the_config_is_frozen():
     assert (multi.vllm.server_port, multi.vllm.group_port) == (8000, 51216)  # every node must agree: TRL's defaults
 
 
+def test_finalize_resolves_every_interpolation_after_the_values_it_fills_in():
+    """finalize resolves the config in place once it is final, so the checks, the plan and config.yaml read plain
+    values: an interpolation of a value finalize fills in (an `auto` port) reads the value chosen, not `auto`."""
+    cfg = compose_cfg("model=qwen7b", "topology=1x2", "vllm=server", "action=plan", "run_name=port${vllm.server_port}")
+    assert OmegaConf.is_interpolation(cfg, "run_name") and cfg.vllm.server_port == ports.AUTO
+    assert job.finalize(cfg, set()) == []
+    assert cfg.run_name == f"port{cfg.vllm.server_port}" and isinstance(cfg.vllm.server_port, int)
+    assert not OmegaConf.is_interpolation(cfg, "run_name") and not OmegaConf.is_interpolation(cfg.topology, "node_rank")
+
+
+def test_an_interpolation_that_does_not_resolve_or_mistypes_stops_finalize_by_its_key(monkeypatch):
+    monkeypatch.delenv("GRPO_EXP_UNSET", raising=False)
+    unset = compose_cfg("run_name=${oc.env:GRPO_EXP_UNSET}")
+    assert [p.key for p in job.finalize(unset, set())] == ["run_name"]
+    mistyped = compose_cfg("peft.target_modules=${seed}")
+    assert [p.key for p in job.finalize(mistyped, set())] == ["peft.target_modules"]
+
+
 @pytest.fixture
 def held_port():
     with socket.socket() as s:
