@@ -1,0 +1,66 @@
+"""The benchmark scripts (benchmarks/, named in docs/development.md) import only what grpo_exp has: each
+`from grpo_exp... import name`, inside functions too, names a module that exists and a name it defines. Read from
+the sources, nothing imported: benchmarks/startup.py imported register_configs from config.schema long after it had
+moved to config.registry, and nothing ran it to notice."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
+
+
+def _source(module: str) -> Path | None:
+    base = REPO.joinpath(*module.split("."))
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+
+
+def _defined(source: Path) -> set[str]:
+    """The names a module's top level binds: functions, classes, assignments and its own imports."""
+    names = set()
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {target.id for target in node.targets if isinstance(target, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    return names
+
+
+def missing_imports(text: str) -> list[str]:
+    """What the code `text` imports from grpo_exp that grpo_exp lacks."""
+    missing = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "grpo_exp":
+            source = _source(node.module)
+            if source is None:
+                missing.append(node.module)
+                continue
+            defined = _defined(source)
+            missing += [
+                f"{node.module}.{alias.name}"
+                for alias in node.names
+                if alias.name not in defined and _source(f"{node.module}.{alias.name}") is None
+            ]
+        elif isinstance(node, ast.Import):
+            missing += [a.name for a in node.names if a.name.split(".")[0] == "grpo_exp" and _source(a.name) is None]
+    return missing
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)
+def test_a_benchmark_imports_only_what_grpo_exp_has(script):
+    assert not missing_imports(script.read_text()), f"{script.relative_to(REPO)} imports what grpo_exp lacks"
+
+
+def test_the_check_finds_a_name_that_moved():
+    assert missing_imports("def f():\n    from grpo_exp.config.schema import register_configs\n") == [
+        "grpo_exp.config.schema.register_configs"
+    ]
+    assert missing_imports("from grpo_exp.config.registry import register_configs\nimport grpo_exp.nowhere\n") == [
+        "grpo_exp.nowhere"
+    ]
