@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+from tests.test_structure import modules
+
 SCRIPTS = sorted((REPO / "benchmarks").glob("*.py"))
-
-
-def _source(module: str) -> Path | None:
-    base = REPO.joinpath(*module.split("."))
-    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+SOURCES = modules()  # grpo_exp's module names -> their files
 
 
 def _defined(source: Path) -> set[str]:
@@ -37,7 +35,7 @@ def missing_imports(text: str) -> list[str]:
     missing = []
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "grpo_exp":
-            source = _source(node.module)
+            source = SOURCES.get(node.module)
             if source is None:
                 missing.append(node.module)
                 continue
@@ -45,10 +43,10 @@ def missing_imports(text: str) -> list[str]:
             missing += [
                 f"{node.module}.{alias.name}"
                 for alias in node.names
-                if alias.name not in defined and _source(f"{node.module}.{alias.name}") is None
+                if alias.name not in defined and f"{node.module}.{alias.name}" not in SOURCES
             ]
         elif isinstance(node, ast.Import):
-            missing += [a.name for a in node.names if a.name.split(".")[0] == "grpo_exp" and _source(a.name) is None]
+            missing += [a.name for a in node.names if a.name.split(".")[0] == "grpo_exp" and a.name not in SOURCES]
     return missing
 
 

@@ -32,11 +32,6 @@ STOP_GRACE_S = 10  # SIGTERM, then SIGKILL after this long (training: preemption
 TAIL_LINES = 15  # a vLLM server's last lines, quoted when it ends the run
 
 
-def visible_gpus() -> int:
-    """CUDA GPUs this process may use (core/gpus.py). No torch."""
-    return gpus.count()
-
-
 def needs_hub(cfg: DictConfig) -> bool:
     """Whether the run reads anything from the HF hub (a hub model id or hub dataset id)."""
     model = cfg.model.name_or_path
@@ -51,7 +46,7 @@ def process_env(cfg: DictConfig, role_env: dict[str, str], procs: int = 1) -> di
     env.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     # torchrun warns and sets 1 thread per process when this is unset; say what we want instead
     env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, procs))))
-    if "CUDA_VISIBLE_DEVICES" not in role_env and visible_gpus() == 0:
+    if "CUDA_VISIBLE_DEVICES" not in role_env and gpus.count() == 0:
         env.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed would warn that it fell back to the CPU
     if not needs_hub(cfg):
         env["HF_HUB_OFFLINE"] = "1"  # the default path must never touch a hub

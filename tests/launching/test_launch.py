@@ -2,6 +2,7 @@
 
 import pytest
 
+from grpo_exp.core import gpus
 from grpo_exp.launching import launch
 from tests.helpers import compose_cfg
 
@@ -9,7 +10,7 @@ from tests.helpers import compose_cfg
 @pytest.mark.parametrize("visible,count", [("", 0), ("0", 1), ("0,1,3", 3), ("-1", 0)])
 def test_visible_gpus_honours_cuda_visible_devices(monkeypatch, visible, count):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    assert launch.visible_gpus() == count
+    assert gpus.count() == count
 
 
 def test_default_run_needs_no_hub_and_real_ones_do():

@@ -52,7 +52,7 @@ class NodeTask:
         cards = gpus.detect()  # this node's: the plan is of them where the topology names none
         for warning in placement.card_warnings(cfg.topology, cards):
             log.warning("node %d: %s", env.global_rank, warning)
-        plan = placement.make_plan(cfg, self.config_path, detected_gpus=launch.visible_gpus(), cards=cards)
+        plan = placement.make_plan(cfg, self.config_path, detected_gpus=gpus.count(), cards=cards)
         node = plan.nodes[env.global_rank]
         log_name = rundir.LOG if env.global_rank == 0 else f"train.node{env.global_rank}.log"
         # the job's log (slurm/<job>_<node>_log.out) says where this node is and where it meets the others
