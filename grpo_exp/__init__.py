@@ -14,14 +14,14 @@ from pathlib import Path
 
 
 def _shipped(name: str) -> Path:
-    """conf/ or sweeps/: inside the installed package (a wheel ships them as grpo_exp/conf and
-    grpo_exp/sweeps), else at the top of the repository (an editable checkout, the layout users know)."""
+    """conf/: inside the installed package (a wheel ships it as grpo_exp/conf), else at the top of the repository
+    (an editable checkout, the layout users know)."""
     here = Path(__file__).resolve().parent
     return here / name if (here / name).is_dir() else here.parent / name
 
 
-CONF_DIR = _shipped("conf")  # Hydra's primary config dir; a user's own adds with --config-dir
-SWEEPS_DIR = _shipped("sweeps")  # the +sweep= presets
+# Hydra's primary config dir (the +sweep= presets are its sweep/ group); a user's own adds with --config-dir
+CONF_DIR = _shipped("conf")
 
 # The linear layers of a Llama/Qwen decoder layer: what peft's "all-linear" means there, and the adapters the
 # planner proposes when it suggests peft=lora.

@@ -198,7 +198,7 @@ def test_a_new_launcher_with_an_option_is_one_folder_and_one_yaml(tmp_path):
     launcher.py) and conf/launcher/echo.yaml, in a copy of the checkout with nothing else changed. Its option is
     typed, its choices and ranges checked, and `launcher.echo.*` reaches its code."""
     copy = tmp_path / "checkout"
-    for part in ("grpo_exp", "conf", "sweeps", "hydra_plugins"):
+    for part in ("grpo_exp", "conf", "hydra_plugins"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
     echo = copy / "grpo_exp" / "launching" / "launchers" / "echo"
     echo.mkdir()

@@ -1,4 +1,4 @@
-"""Installable like any tool: a wheel (not an editable checkout) carries conf/ and sweeps/, plans from
+"""Installable like any tool: a wheel (not an editable checkout) carries conf/ (the sweep presets in it), plans from
 another directory, takes a user's own config dir (--config-dir) beside its own options, and trains the demo."""
 
 import json
@@ -35,7 +35,7 @@ def test_a_wheel_plans_from_any_directory_with_a_users_config_dir(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert (
         "grpo_exp/conf/config.yaml" in names
-        and "grpo_exp/sweeps/frontier.yaml" in names
+        and "grpo_exp/conf/sweep/frontier.yaml" in names
         and "grpo_exp/core/rundir.py" in names
     )
     zipfile.ZipFile(wheel).extractall(tmp_path / "site")

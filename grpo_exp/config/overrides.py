@@ -19,8 +19,8 @@ from grpo_exp import CONF_DIR, Problem
 from grpo_exp.config.errors import unknown_key
 from grpo_exp.config.schema import Config, is_open_mapping
 
-# Config groups selected with group=option: conf/'s directories, and the `sweep` presets (sweeps/).
-GROUPS = (*sorted(p.name for p in CONF_DIR.iterdir() if any(p.glob("*.yaml"))), "sweep")
+# Config groups selected with group=option: conf/'s directories (the `sweep` presets among them).
+GROUPS = tuple(sorted(p.name for p in CONF_DIR.iterdir() if any(p.glob("*.yaml"))))
 
 
 _parser: OverridesParser | None = None

@@ -55,7 +55,8 @@ class DataConfig:
     rewards: Dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+# No @dataclass here: TrainerConfig adds no field, and a second decorator would only generate TrainerFields' 159-field
+# __init__, __repr__ and __eq__ again (~8 ms of every start). Its fields, defaults and methods are inherited.
 class TrainerConfig(TrainerFields):
     """Every GRPOConfig field but the owned ones, TRL's defaults (generated: trl_schema.py).
     conf/trainer/grpo.yaml holds only what grpo_exp sets differently, with the reason."""
@@ -182,6 +183,7 @@ LauncherConfig = make_dataclass(
     ],
     bases=(LauncherName,),
 )
+LauncherConfig.__module__ = __name__  # where pickle finds it (config/registry.py keeps the built schema as a pickle)
 
 
 @dataclass

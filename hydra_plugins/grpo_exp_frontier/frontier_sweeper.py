@@ -7,7 +7,7 @@ the grid. A trial "fits" when its summary.json says completed; oom, predicted_oo
 trials do not. With action=plan nothing launches: each trial is the planner's verdict, so the
 result is the planner's frontier (what fits on a cluster, answered on a laptop). Results go to
 <sweep dir>/frontier.json. The lines advance together, one probe each per round, so under
-launcher=slurm a round's probes run as concurrent jobs. Used through sweeps/frontier.yaml:
+launcher=slurm a round's probes run as concurrent jobs. Used through conf/sweep/frontier.yaml:
 
     python -m grpo_exp +sweep=frontier model=qwen7b topology=1x8
     python -m grpo_exp +sweep=frontier model=qwen7b topology=1x8 action=plan
