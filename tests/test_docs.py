@@ -156,7 +156,7 @@ def test_every_file_the_docs_name_exists():
     for page in PAGES:
         named |= set(
             re.findall(
-                r"`((?:grpo_exp|scripts|tests|benchmarks|conf|docs|examples|sweeps|hydra_plugins)/[\w./-]+)`",
+                r"`((?:grpo_exp|scripts|tests|benchmarks|conf|docs|examples|hydra_plugins)/[\w./-]+)`",
                 page.read_text(),
             )
         )
