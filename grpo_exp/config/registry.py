@@ -28,8 +28,8 @@ from grpo_exp.config.schema import Config
 from grpo_exp.core.rundir import node_subdir
 
 
-@functools.cache  # once per process: the store outlives every compose (a recipe's check composes again after the
-# command line's)
+@functools.cache  # once per process: resolvers and plugins outlive every compose (a recipe's check composes again
+# after the command line's)
 def register_configs() -> None:
     """Make `schema` (grpo://schema) and our resolvers known to Hydra."""
     # ${eq:a,b}: lets trainer.bf16 follow model.dtype. Resolved before the config is frozen.
@@ -61,8 +61,9 @@ class SchemaSource(ConfigSource):
     def load_config(self, config_path: str) -> ConfigResult:
         if not self.is_config(config_path):
             raise ConfigLoadError(f"grpo://schema holds `schema` only, not {config_path}")
-        node = pickle.loads(schema_pickle())
-        return ConfigResult(config=node, path="grpo://schema", provider=self.provider, header={"package": None})
+        return ConfigResult(
+            config=schema_node(), path="grpo://schema", provider=self.provider, header={"package": None}
+        )
 
     def available(self) -> bool:
         return True
@@ -84,19 +85,23 @@ class SchemaSearchPath(SearchPathPlugin):
         search_path.append(provider="grpo_exp", path="grpo://schema")
 
 
-@functools.cache
-def schema_pickle() -> bytes:
-    """OmegaConf.structured(Config), the typed node every compose starts from, pickled. Building it takes ~50 ms of
-    each start (two thirds of it OmegaConf deep-copying each nested section into its parent); reading it back takes
-    ~3 ms. So it is kept under cache_root()/schema/, in a file named by the digest of everything it is built from
-    (schema_digest): a change to any field of any section builds and keeps a new one."""
-    path = cache_root() / "schema" / f"{schema_digest()}.pickle"
+def schema_node() -> DictConfig:
+    """A fresh OmegaConf.structured(Config), the typed node every compose starts from: unpickled from the kept copy."""
     try:
-        kept = path.read_bytes()
-        if isinstance(pickle.loads(kept), DictConfig):
-            return kept
-    except Exception:  # none kept yet, a file cut short, one an older OmegaConf wrote: a cache never stops a run
-        pass
+        return pickle.loads(schema_pickle())
+    except Exception:  # a kept file this Python cannot read back (a cache never stops a run): built anew, kept again
+        return pickle.loads(schema_pickle(rebuild=True))
+
+
+@functools.cache
+def schema_pickle(rebuild: bool = False) -> bytes:
+    """OmegaConf.structured(Config), pickled. Building it takes ~50 ms of each start (two thirds of it OmegaConf
+    deep-copying each nested section into its parent); reading it back takes ~3 ms. So it is kept under
+    cache_root()/schema/, in a file named by the digest of everything it is built from (schema_digest): a change to
+    any field of any section builds and keeps a new one."""
+    path = cache_root() / "schema" / f"{schema_digest()}.pickle"
+    if not rebuild and path.is_file():
+        return path.read_bytes()
     built = pickle.dumps(OmegaConf.structured(Config), protocol=pickle.HIGHEST_PROTOCOL)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ def test_the_kept_schema_is_omegaconfs_own_node_and_is_read_back_without_buildin
 
     registry.schema_pickle.cache_clear()  # a new process
     monkeypatch.setattr(OmegaConf, "structured", no_building)
-    kept = pickle.loads(registry.schema_pickle())
+    kept = registry.schema_node()
     assert kept == built and OmegaConf.get_type(kept) is Config
     assert list(_nodes(kept)) == list(_nodes(built))  # every node's class, types, optionality and flags
     with pytest.raises(Exception, match="learning_rate"):
@@ -50,19 +50,18 @@ def test_the_kept_schema_is_omegaconfs_own_node_and_is_read_back_without_buildin
 
 
 def test_a_cache_cut_short_or_nowhere_to_write_never_stops_a_compose(fresh_cache, tmp_path):
+    kept = fresh_cache / f"{registry.schema_digest()}.pickle"
     fresh_cache.mkdir(parents=True)
-    (fresh_cache / f"{registry.schema_digest()}.pickle").write_bytes(b"\x80\x05cut short")
-    assert pickle.loads(registry.schema_pickle()) == OmegaConf.structured(Config)
-    registry.schema_pickle.cache_clear()
-    assert pickle.loads((fresh_cache / f"{registry.schema_digest()}.pickle").read_bytes()) == OmegaConf.structured(
-        Config
-    )  # written anew
+    kept.write_bytes(b"\x80\x05cut short")
+    assert registry.schema_node() == OmegaConf.structured(Config)
+    assert pickle.loads(kept.read_bytes()) == OmegaConf.structured(Config)  # written anew
+    assert registry.schema_node() == OmegaConf.structured(Config)
 
     registry.schema_pickle.cache_clear()
     (tmp_path / "a_file").write_text("")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GRPO_EXP_CACHE", str(tmp_path / "a_file"))  # no directory can be made there
-        assert pickle.loads(registry.schema_pickle()) == OmegaConf.structured(Config)
+        assert registry.schema_node() == OmegaConf.structured(Config)
 
 
 def _inner(default: int) -> type:
