@@ -79,11 +79,11 @@ VLLM_BLOCK = {"cuda": 16, "cpu": 128}
 
 def vllm_state_bytes(x: Inputs, element: int) -> float:
     """One state layer's state per sequence in vLLM, per TP shard: its conv state at the served dtype, its recurrent
-    (SSM) state at the same, except on the CPU build, which keeps it in fp32 for its GDN kernel ("Reset SSM cache
-    type to float32 for accelerated GDN mamba backend")."""
+    (SSM) state at the same, except where the CPU build runs its accelerated GDN kernel (a CPU with AVX-512 BF16),
+    which keeps it in fp32 ("Reset SSM cache type to float32 for accelerated GDN mamba backend"; platforms/cpu.py)."""
     conv = (x.linear_conv_kernel - 1) * x.linear_conv_dim
     recurrent = state_elements(x) - conv
-    return (conv * element + recurrent * (4 if x.device == "cpu" else element)) / x.vllm_tp
+    return (conv * element + recurrent * (4 if x.device == "cpu" and x.vllm_fp32_state else element)) / x.vllm_tp
 
 
 def vllm_page_tokens(x: Inputs, kv_layer_token: float, element: int) -> int:

