@@ -6,9 +6,9 @@ at most 0.8x of 94b2bb9's plan and 0.05x of the import.
     python benchmarks/plan_speed.py --runs 5                 # 2x8 paired with 94b2bb9, the 512-node plan alone
     python benchmarks/plan_speed.py --against HEAD~3 --runs 9
 
-Each pair runs the two checkouts back to back with the same interpreter (this venv), the old one from a
-`git archive` of its commit, both compiled to bytecode first; the ratio reported is the median of the pairs' ratios,
-so a busy moment slows both.
+Each pair runs the two checkouts back to back, in alternating order, with the same interpreter (this venv), the old
+one from a `git archive` of its commit, both compiled to bytecode first; the ratio reported is the median of the
+pairs' ratios, so a busy moment slows both.
 """
 
 import argparse
@@ -107,10 +107,11 @@ def main() -> None:
             subprocess.run(compile_all, cwd=root, check=True)
         timed(ROOT, PAIRED, Path(tmp) / "warm-new")  # the first of each reads cold files
         timed(old, PAIRED, Path(tmp) / "warm-old")
-        pairs = [
-            (timed(ROOT, PAIRED, Path(tmp) / f"new{i}"), timed(old, PAIRED, Path(tmp) / f"old{i}"))
-            for i in range(args.runs)
-        ]
+        pairs = []
+        for i in range(args.runs):  # in alternating order: a machine that speeds up or slows down favours neither
+            sides = [(ROOT, f"new{i}"), (old, f"old{i}")]
+            took = {root: timed(root, PAIRED, Path(tmp) / name) for root, name in sides[:: 1 if i % 2 == 0 else -1]}
+            pairs.append((took[ROOT], took[old]))
         new = statistics.median(a for a, _ in pairs)
         ratio = statistics.median(a / b for a, b in pairs)
         print(

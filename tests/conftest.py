@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from grpo_exp import imports_frozen
 from tests.helpers import EXTRA_FIELDS, MLFLOW_EXPERIMENT, SECRETS, compose_cfg, kill_all, run_driver, start_driver
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # make test runs two workers on 2 cores: one torch thread each
@@ -18,6 +19,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # make test runs two workers on 2 cor
 # Session runs several tests read (below) and module-scoped runs: the tests that read one go to the
 # same xdist worker (make test's --dist loadgroup), so each run is made once, not once per worker.
 SHARED_RUNS = ("one_rank_run", "two_rank_run", "two_job_sweep", "stopped_run")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """Collection is mostly imports: loaded as the command loads its own (grpo_exp.imports_frozen)."""
+    with imports_frozen():
+        return (yield)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -46,7 +54,8 @@ def _mark_groups_in_test_ids(items) -> None:
 def build():
     """grpo_exp.training.build, imported by the tests that call it: it imports TRL (~10 s on 2 cores), which a
     module-level import would charge every xdist worker at collection, whether or not it runs such a test."""
-    from grpo_exp.training import build
+    with imports_frozen():  # as the worker loads it (grpo_exp.imports_frozen)
+        from grpo_exp.training import build
 
     return build
 

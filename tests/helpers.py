@@ -6,10 +6,12 @@ plan in-process, and the real CLI in a subprocess (only where the command line i
     planned(*overrides)            the driver's plan of a config that must pass every check: cfg, plan, memory
     run_job(*overrides, run_dir)   the driver's whole job in-process (launching/job.py), as Hydra would hand it
     run_driver / start_driver      `python -m grpo_exp` as a user runs it
+    script(name)                   scripts/<name>.py, a checkout's tool, imported as a module
 """
 
 import copy
 import functools
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -28,6 +30,16 @@ REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 FIXTURES = REPO / "tests" / "fixtures"  # small data files tests read
 register_configs()
+
+
+def script(name: str):
+    """scripts/<name>.py imported as a module (the scripts are a checkout's tools, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 register_plugins()  # the frontier sweeper, as the command registers it
 
 

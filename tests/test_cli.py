@@ -3,6 +3,7 @@
 Every bad input is checked in-process through the driver's own steps (compose, then `check`);
 a few go through the real CLI for the exit-code contract."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,29 @@ def test_console_script_is_the_same_cli():
     assert script, "the grpo-exp console script is not installed"
     result = subprocess.run([script, "--cfg", "job", "model=qwen3-8b"], capture_output=True, text=True)
     assert result.returncode == 0 and "name_or_path: Qwen/Qwen3-8B" in result.stdout
+
+
+def test_the_commands_modules_load_with_the_collector_paused_then_frozen():
+    """__main__'s imports run no garbage collection, leave what they made frozen (never walked again) and the collector
+    on; a process that had turned it off keeps it off. A fresh process: the import is what is measured."""
+    import subprocess
+    import sys
+
+    code = """
+import gc, importlib, json
+import grpo_exp  # the package (the standard library's few modules) loads before __main__ does, collector on
+before = [s["collections"] for s in gc.get_stats()]
+import grpo_exp.__main__ as cli
+after = [s["collections"] for s in gc.get_stats()]
+seen = {"collections": [b - a for a, b in zip(before, after)], "frozen": gc.get_freeze_count(), "on": gc.isenabled()}
+gc.disable()
+importlib.reload(cli)
+print(json.dumps({**seen, "kept_off": not gc.isenabled()}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    seen = json.loads(out)
+    assert seen["collections"] == [0, 0, 0] and seen["frozen"] > 20_000, seen
+    assert seen["on"] and seen["kept_off"], seen
 
 
 @pytest.mark.slow  # the real CLI in a subprocess

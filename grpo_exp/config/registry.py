@@ -23,7 +23,7 @@ from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSou
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig, OmegaConf
 
-from grpo_exp import cache_root
+from grpo_exp import cache_root, kept
 from grpo_exp.config.schema import Config
 from grpo_exp.core.rundir import node_subdir
 
@@ -99,18 +99,11 @@ def schema_pickle(rebuild: bool = False) -> bytes:
     deep-copying each nested section into its parent); reading it back takes ~3 ms. So it is kept under
     cache_root()/schema/, in a file named by the digest of everything it is built from (schema_digest): a change to
     any field of any section builds and keeps a new one."""
-    path = cache_root() / "schema" / f"{schema_digest()}.pickle"
-    if not rebuild and path.is_file():
-        return path.read_bytes()
-    built = pickle.dumps(OmegaConf.structured(Config), protocol=pickle.HIGHEST_PROTOCOL)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{secrets.token_hex(4)}")
-        tmp.write_bytes(built)
-        tmp.replace(path)  # atomic: processes starting at once read a whole file
-    except OSError:
-        pass  # a read-only home: built once per process
-    return built
+    return kept(
+        cache_root() / "schema" / f"{schema_digest()}.pickle",
+        lambda: pickle.dumps(OmegaConf.structured(Config), protocol=pickle.HIGHEST_PROTOCOL),
+        rebuild=rebuild,
+    )
 
 
 def schema_digest(root: type = Config) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from grpo_exp import Problem, cache_root, is_local_path
+from grpo_exp import Problem, cache_root, is_local_path, kept
 from grpo_exp.config.model_schema import QuantizationConfig, VisionConfig
 from grpo_exp.models import model_families
 
@@ -319,20 +319,19 @@ def meta_facts(source, model: DictConfig | None = None) -> dict | None:
         else json.dumps([model.model_type if model is not None else None, arch], sort_keys=True)
     )
     key = hashlib.sha256(f"{FACTS_VERSION}{text}".encode()).hexdigest()[:16]
-    cache = cache_root() / "model_facts" / f"{key}.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())
     try:
-        facts = _build_on_meta(source, model, arch)
-    except Exception:  # an architecture this transformers does not know: the caller estimates
+        facts = kept(cache_root() / "model_facts" / f"{key}.json", lambda: _facts_json(source, model, arch))
+    except Exception:  # an architecture this transformers does not know: the caller estimates (nothing kept)
         return None
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(facts))
-    return facts
+    return json.loads(facts)
 
 
 FACTS_VERSION = 3  # bump when meta_facts' contents change
 VISION_MODULES = ("visual", "vision_tower", "vision_model", "vision_encoder")
+
+
+def _facts_json(source, model, arch: dict) -> bytes:
+    return json.dumps(_build_on_meta(source, model, arch)).encode()
 
 
 def _build_on_meta(source, model, arch: dict) -> dict:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from itertools import product
 
-from grpo_exp import cache_root
+from grpo_exp import cache_root, kept
 from grpo_exp.core.packages import installed
 
 # ScriptArguments fields grpo_exp sets, each to a value no real flag or default spells (found back in the argv)
@@ -45,16 +45,8 @@ def _shape(args: dict) -> str:
 def templates() -> dict[str, list[str]]:
     """{shape: argv with placeholders} for the installed trl and vLLM: cached, built once in a subprocess."""
     path = cache_root() / "serve_argv" / f"trl-{installed('trl')}_vllm-{installed('vllm')}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    built = subprocess.run(
-        [sys.executable, "-m", "grpo_exp.planning.serve_argv"], capture_output=True, text=True, check=True
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{id(path)}")
-    tmp.write_text(built.stdout)
-    tmp.replace(path)  # atomic: ranks and drivers planning at once read a whole file
-    return json.loads(built.stdout)
+    command = [sys.executable, "-m", "grpo_exp.planning.serve_argv"]
+    return json.loads(kept(path, lambda: subprocess.run(command, capture_output=True, check=True).stdout))
 
 
 def render(args: dict, extra: list[str]) -> list[str]:

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from grpo_exp.config import schema_gen, trl_schema
+from grpo_exp.config import trl_schema
 from grpo_exp.config.keys import ALIASES, OWNED_TRAINER_FIELDS
 from grpo_exp.config.rewards import active_rewards
 from grpo_exp.config.schema import TrainerConfig, VllmConfig
 from grpo_exp.models import model_families, model_info
-from tests.helpers import CONF, compose_cfg, fast_lane, group_options
+from tests.helpers import CONF, compose_cfg, fast_lane, group_options, script
 
 GROUPS = [
     "model",
@@ -98,8 +98,8 @@ def _grpo_fields():
 
 def test_generated_schema_matches_the_installed_trl():
     """trl_schema.py holds every GRPOConfig field with TRL's type and default; a trl upgrade that
-    changes a field, type or default fails here until `python -m grpo_exp.config.schema_gen` is rerun."""
-    assert schema_gen.render() == Path(trl_schema.__file__).read_text()
+    changes a field, type or default fails here until `python scripts/schema_gen.py` is rerun."""
+    assert script("schema_gen").render() == Path(trl_schema.__file__).read_text()
 
 
 def test_every_grpo_config_field_is_settable_or_owned():
