@@ -33,12 +33,13 @@ LARGE = [  # a plan of 512 nodes: the large-cluster path (one generation batch t
 ]
 
 
-def timed(root: Path, command: list[str], run_dir: Path) -> float:
-    """One plan from checkout `root`: its own package first on the path, its run dir fresh."""
+def timed(root: Path, command: list[str], run_dir: Path, entry: tuple[str, ...] = ("-m", "grpo_exp")) -> float:
+    """One plan from checkout `root`: its own package first on the path, its run dir fresh; `entry`: how Python starts
+    it (COMPOSED_ONLY: the same command with a job that does nothing)."""
     env = dict(os.environ, PYTHONPATH=str(root))
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "grpo_exp", *command, f"hydra.run.dir={run_dir}"],
+        [sys.executable, *entry, *command, f"hydra.run.dir={run_dir}"],
         cwd=root,
         env=env,
         capture_output=True,
@@ -78,6 +79,17 @@ def empty_app_seconds(tmp: Path, runs: int) -> float:
     return statistics.median(took)
 
 
+# The command with a job that does nothing: every module loaded, our config registered and composed, Hydra's run of
+# it (its copies, its .hydra/ record), then no check, no plan, no table. What a plan costs before it plans anything.
+COMPOSED_ONLY = """import sys
+from grpo_exp.launching import job
+job.run = lambda spec: job.Ended(0, None)
+from grpo_exp.__main__ import main
+sys.argv[0] = "grpo_exp"
+main()
+"""
+
+
 def import_seconds(runs: int = 3) -> float:
     """The unit: the fastest of `runs` imports of TRL's trainer in a fresh interpreter."""
     best = float("inf")
@@ -107,11 +119,16 @@ def main() -> None:
             subprocess.run(compile_all, cwd=root, check=True)
         timed(ROOT, PAIRED, Path(tmp) / "warm-new")  # the first of each reads cold files
         timed(old, PAIRED, Path(tmp) / "warm-old")
-        pairs = []
+        pairs, floors = [], []
         for i in range(args.runs):  # in alternating order: a machine that speeds up or slows down favours neither
-            sides = [(ROOT, f"new{i}"), (old, f"old{i}")]
-            took = {root: timed(root, PAIRED, Path(tmp) / name) for root, name in sides[:: 1 if i % 2 == 0 else -1]}
-            pairs.append((took[ROOT], took[old]))
+            module = ("-m", "grpo_exp")
+            sides = [("new", ROOT, module), ("old", old, module), ("composed", ROOT, ("-c", COMPOSED_ONLY))]
+            took = {
+                name: timed(root, PAIRED, Path(tmp) / f"{name}{i}", entry)
+                for name, root, entry in sides[:: 1 if i % 2 == 0 else -1]
+            }
+            pairs.append((took["new"], took["old"]))
+            floors.append((took["composed"], took["new"]))  # the plan's floor, paired with it
         new = statistics.median(a for a, _ in pairs)
         ratio = statistics.median(a / b for a, b in pairs)
         print(
@@ -123,6 +140,12 @@ def main() -> None:
         print(f"plan of 512 nodes: median {statistics.median(large):.3f} s = {statistics.median(large) / unit:.3f}x")
         floor = empty_app_seconds(Path(tmp), args.runs)
         print(f"an empty @hydra.main app (the floor): median {floor:.3f} s = {floor / unit:.3f}x")
+        composed = statistics.median(a for a, _ in floors)
+        print(
+            f"the plan's command with a job that does nothing (composed, nothing checked, planned or printed): median "
+            f"{composed:.3f} s = {composed / unit:.3f}x, "
+            f"{statistics.median(a / b for a, b in floors):.2f}x of the plan (paired)"
+        )
 
 
 if __name__ == "__main__":
