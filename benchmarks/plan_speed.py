@@ -83,7 +83,8 @@ def empty_app_seconds(tmp: Path, runs: int) -> float:
 # it (its copies, its .hydra/ record), then no check, no plan, no table. What a plan costs before it plans anything.
 COMPOSED_ONLY = """import sys
 from grpo_exp.launching import job
-job.run = lambda spec: job.Ended(0, None)
+from grpo_exp.launching.job import Ended
+job.run = lambda spec: Ended(0, None)
 from grpo_exp.__main__ import main
 sys.argv[0] = "grpo_exp"
 main()

@@ -30,10 +30,24 @@ def _defined(source: Path) -> set[str]:
     return names
 
 
+def _code_in_strings(tree: ast.AST) -> list[ast.AST]:
+    """The Python a script runs from a string (plan_speed.py's COMPOSED_ONLY, given to `python -c`), parsed."""
+    found = []
+    for node in ast.walk(tree):
+        text = node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
+        if "grpo_exp" in text and "import" in text:
+            try:
+                found.append(ast.parse(text))
+            except SyntaxError:  # prose that names an import, not code
+                continue
+    return found
+
+
 def missing_imports(text: str) -> list[str]:
-    """What the code `text` imports from grpo_exp that grpo_exp lacks."""
+    """What the code `text` imports from grpo_exp that grpo_exp lacks, in code run from its strings too."""
     missing = []
-    for node in ast.walk(ast.parse(text)):
+    tree = ast.parse(text)
+    for node in (n for root in (tree, *_code_in_strings(tree)) for n in ast.walk(root)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "grpo_exp":
             source = SOURCES.get(node.module)
             if source is None:
@@ -61,4 +75,8 @@ def test_the_check_finds_a_name_that_moved():
     ]
     assert missing_imports("from grpo_exp.config.registry import register_configs\nimport grpo_exp.nowhere\n") == [
         "grpo_exp.nowhere"
+    ]
+    # code a benchmark hands to `python -c`
+    assert missing_imports('CODE = """from grpo_exp.launching.job import Gone\nrun()\n"""\n') == [
+        "grpo_exp.launching.job.Gone"
     ]
