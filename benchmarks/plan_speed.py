@@ -33,7 +33,10 @@ LARGE = [  # a plan of 512 nodes: the large-cluster path (one generation batch t
 ]
 
 
-def timed(root: Path, command: list[str], run_dir: Path, entry: tuple[str, ...] = ("-m", "grpo_exp")) -> float:
+MODULE = ("-m", "grpo_exp")  # how a user starts the plan
+
+
+def timed(root: Path, command: list[str], run_dir: Path, entry: tuple[str, ...] = MODULE) -> float:
     """One plan from checkout `root`: its own package first on the path, its run dir fresh; `entry`: how Python starts
     it (COMPOSED_ONLY: the same command with a job that does nothing)."""
     env = dict(os.environ, PYTHONPATH=str(root))
@@ -122,8 +125,7 @@ def main() -> None:
         timed(old, PAIRED, Path(tmp) / "warm-old")
         pairs, floors = [], []
         for i in range(args.runs):  # in alternating order: a machine that speeds up or slows down favours neither
-            module = ("-m", "grpo_exp")
-            sides = [("new", ROOT, module), ("old", old, module), ("composed", ROOT, ("-c", COMPOSED_ONLY))]
+            sides = [("new", ROOT, MODULE), ("old", old, MODULE), ("composed", ROOT, ("-c", COMPOSED_ONLY))]
             took = {
                 name: timed(root, PAIRED, Path(tmp) / f"{name}{i}", entry)
                 for name, root, entry in sides[:: 1 if i % 2 == 0 else -1]
