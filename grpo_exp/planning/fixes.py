@@ -40,13 +40,14 @@ def _saved(base: Estimate, changed: Estimate) -> float:
     return max(b.peak - c.peak for b, c in binding)
 
 
-def suggest(x: Inputs) -> list[dict]:
-    """Changes that would make the run fit (or help), ranked: fitting first, then by GiB saved."""
+def suggest(x: Inputs, plan) -> list[dict]:
+    """Changes that would make the run fit (or help), ranked: fitting first, then by GiB saved. The launch plan
+    (placement.Plan) says where more GPUs for vLLM's tensor parallelism would come from."""
     base = estimate(x)
     if base.fits:
         return []
     out = []
-    for key, value, changed, text in [*_shape_changes(x), *_sharding_changes(x), *_vllm_changes(x, base)]:
+    for key, value, changed, text in [*_shape_changes(x), *_sharding_changes(x), *_vllm_changes(x, base, plan)]:
         e = estimate(changed)
         saved = _saved(base, e) / GIB
         if saved > 0.01 or e.fits:
@@ -118,38 +119,102 @@ def _sharding_changes(x: Inputs) -> list[Change]:
     return changes
 
 
-def _vllm_changes(x: Inputs, base: Estimate) -> list[Change]:
-    """A colocated engine's share of the GPU and its sleep; a server that does not fit its GPUs."""
+def _vllm_changes(x: Inputs, base: Estimate, plan) -> list[Change]:
+    """A colocated engine's share of the GPU, its sleep and its tensor parallelism; a server that does not fit its
+    GPUs: its share, its tensor parallelism, its context length."""
     changes: list[Change] = []
     if x.vllm_mode == "colocate":
-        utils = [u / 100 for u in range(5, int(x.vllm_util * 100))]
-        fitting = [u for u in utils if estimate(replace(x, vllm_util=u)).fits]
-        if fitting:
-            best = max(fitting)
-            changes.append(
-                (
-                    "vllm.gpu_memory_utilization",
-                    best,
-                    replace(x, vllm_util=best),
-                    f"vllm.gpu_memory_utilization <= {best:.2f}",
-                )
-            )
+        # a smaller share leaves training room; a larger one lets an engine start whose weights its share cannot hold
+        today = round(x.vllm_util * 100)
+
+        def fits_at(percent: int) -> bool:
+            return estimate(replace(x, vllm_util=percent / 100)).fits
+
+        lower = next((u for u in range(today - 1, 4, -1) if fits_at(u)), None)
+        higher = None if lower else next((u for u in range(today + 1, 96) if fits_at(u)), None)
+        percent = lower or higher
+        if percent is not None:
+            best = percent / 100
+            text = f"vllm.gpu_memory_utilization <= {best:.2f}" if lower else f"vllm.gpu_memory_utilization={best:.2f}"
+            changes.append(("vllm.gpu_memory_utilization", best, replace(x, vllm_util=best), text))
         if not x.vllm_sleep:
             changes.append(("vllm.enable_sleep_mode", True, replace(x, vllm_sleep=True), "vllm.enable_sleep_mode=true"))
+        changes += _colocated_tensor_parallel(x, plan.gpus_per_node)
     if x.vllm_mode == "server" and base.vllm is not None and not base.vllm.fits:
         if x.vllm_util < 0.95:
             changes.append(
                 ("vllm.gpu_memory_utilization", 0.95, replace(x, vllm_util=0.95), "vllm.gpu_memory_utilization=0.95")
             )
-        tp = x.vllm_tp * 2
-        text = f"vllm.tensor_parallel_size={tp} (and vllm.gpus={tp})"
-        changes.append(("vllm.tensor_parallel_size", tp, replace(x, vllm_tp=tp), text))
+        changes += _server_tensor_parallel(x, plan)
         needed = x.prompt + x.completion
         if x.vllm_max_len > needed:
             changes.append(
                 ("vllm.max_model_length", needed, replace(x, vllm_max_len=needed), f"vllm.max_model_length={needed}")
             )
     return changes
+
+
+def _larger_tensor_parallel(x: Inputs, room: int, change, fits) -> list[Change]:
+    """The smallest tensor_parallel_size over today's (powers of two up to `room` GPUs) whose engine `fits`, else the
+    largest one tried: vLLM splits the attention heads over its TP ranks, so the size divides them. `change(tp)` is
+    the fix at that size, or None where it cannot be placed."""
+    tried: list[Change] = []
+    tp = x.vllm_tp * 2
+    while tp <= room:
+        made = change(tp) if x.heads % tp == 0 else None
+        if made is not None:
+            tried.append(made)
+            if fits(estimate(made[2])):
+                break
+        tp *= 2
+    return tried[-1:]
+
+
+def _server_tensor_parallel(x: Inputs, plan) -> list[Change]:
+    """A server whose GPU does not hold its engine, on more GPUs. TRL's server runs on one node: a dedicated serving
+    node's GPUs (data parallel over them, so the size divides them), or a training node's but one, where each GPU it
+    gains is one training rank fewer on every node that leaves it GPUs (and in an FSDP2 shard group over them).
+    Judged by the server's own verdict: training may not fit for other reasons."""
+    hosts, reserved, node_gpus = plan.server_hosts(), plan.vllm["gpus"], plan.gpus_per_node
+    room = node_gpus - 1 if hosts else node_gpus
+
+    def change(tp: int) -> Change | None:
+        gpus = -(-reserved // tp) * tp if hosts else node_gpus  # a multiple of tp: its data parallel
+        if gpus % tp or gpus > room:
+            return None
+        fewer = (gpus - reserved) * hosts
+        world = x.world_size - fewer
+        if x.fsdp_shard == x.world_size:  # FSDP2 over every rank (or no FSDP2: the world, as inputs.py has it)
+            shard = world
+        elif hosts and x.fsdp_shard == node_gpus - reserved:  # shard_group=node, every node leaving the server GPUs
+            shard = node_gpus - gpus
+        else:
+            shard = x.fsdp_shard
+        text = f"vllm.tensor_parallel_size={tp}" + (f" vllm.gpus={gpus}" if hosts else "")
+        text += f" ({fewer} training rank(s) fewer)" if fewer else ""
+        changed = replace(x, vllm_tp=tp, world_size=world, fsdp_shard=shard)
+        return ("vllm.tensor_parallel_size", tp, changed, text)
+
+    return _larger_tensor_parallel(x, room, change, lambda e: e.vllm is not None and e.vllm.fits)
+
+
+def _colocated_tensor_parallel(x: Inputs, node_gpus: int) -> list[Change]:
+    """A colocated engine shared by more training ranks: TRL groups tensor_parallel_size ranks (the size divides
+    the world size) into one engine that holds 1/tp of the weights on each and generates for all of them (its
+    max_num_seqs grows with it); one node's GPUs at most, so the group's NCCL stays on the node."""
+
+    def change(tp: int) -> Change | None:
+        if x.world_size % tp:
+            return None
+        seqs = x.vllm_max_seqs // x.vllm_tp * tp  # per-device batch x TP x steps per generation
+        return (
+            "vllm.tensor_parallel_size",
+            tp,
+            replace(x, vllm_tp=tp, vllm_max_seqs=seqs),
+            f"vllm.tensor_parallel_size={tp}",
+        )
+
+    return _larger_tensor_parallel(x, node_gpus, change, lambda e: e.fits)
 
 
 def fit(cfg: DictConfig, plan) -> list[Edit] | None:

@@ -316,9 +316,10 @@ def sync_copy_bytes(x: Inputs) -> float:
 
 def estimate_vllm_engine(x: Inputs) -> RoleEstimate:
     """A `vllm serve` GPU (vllm_engine.py's rules) as a role of the plan: one phase, generate; an engine that
-    cannot start is as fatal as an OOM, so it is reported over capacity."""
+    cannot start is as fatal as an OOM, so it is reported over capacity: at what starting needs where that is
+    over the GPU (weights too large for it), else just over (vLLM refuses within its gpu_memory_utilization)."""
     engine = vllm_engine.estimate(x, server=True)
-    peak = engine.peak if engine.starts else max(engine.peak, x.capacity + 1)
+    peak = engine.peak if engine.starts else max(engine.peak, engine.needs, x.capacity + 1)
     return RoleEstimate(engine.components, {"generate": peak}, x.capacity, engine.notes)
 
 
@@ -365,4 +366,7 @@ def _admit_colocated(x: Inputs, train: RoleEstimate) -> None:
     else:
         train.notes += [f"colocated vLLM {n}" for n in engine.notes]
         return
-    train.phases["generate"] = max(train.phases["generate"], x.capacity + 1)
+    # over capacity: at what starting needs (the engine at its least instead of its budget) where that is over the
+    # GPU, else just over (vLLM refuses within its gpu_memory_utilization)
+    needs = train.phases["generate"] - engine.peak + engine.needs
+    train.phases["generate"] = max(train.phases["generate"], needs, x.capacity + 1)

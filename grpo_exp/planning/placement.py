@@ -56,6 +56,13 @@ class Plan:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def server_hosts(self) -> int:
+        """The training nodes that leave a vllm=server GPUs (node 0, or every node with topology.symmetric); none
+        where a dedicated serving node takes it, or without a server."""
+        if self.vllm["mode"] != "server" or self.vllm["nodes"]:
+            return 0
+        return sum(1 for n in self.nodes if n.train_procs and len(n.train_gpus) < self.gpus_per_node)
+
 
 def gpus_per_node(cfg: DictConfig, detected: int) -> int:
     return detected if cfg.topology.gpus_per_node is None else cfg.topology.gpus_per_node

@@ -71,7 +71,7 @@ def memory_plan(cfg: DictConfig, plan) -> MemoryPlan:
         vllm=e.vllm.to_dict() if e.vllm else None,
         host=[{**node.to_dict(), "nodes": same} for node, same in _distinct(hosts, with_nodes=True)],
         errors=errors + [n for n in e.train.notes],
-        suggestions=suggest(x),
+        suggestions=suggest(x, plan),
         notes=notes,
         env=episode(cfg, plan.world_size),
         vllm_engine=engine(x),

@@ -12,10 +12,8 @@ def print_plan(memory) -> None:
     from rich.table import Table
 
     console = Console(width=110)
-    for role in ("train", "vllm"):
-        r = getattr(memory, role)
-        if r is None:
-            continue
+    roles = {role: r for role in ("train", "vllm") if (r := getattr(memory, role)) is not None}
+    for role, r in roles.items():
         verdict = "[green]fits[/]" if r["fits"] else "[red]OOM[/]"
         unit = "GPU" if memory.device == "cuda" else "process (host RAM)"
         console.print(f"{role}: peak per {unit} {r['peak_gib']:.2f} of {r['capacity_gib']:.2f} GiB - {verdict}")
@@ -37,7 +35,9 @@ def print_plan(memory) -> None:
         nodes = ",".join(map(str, host["nodes"][:8])) + (" ..." if len(host["nodes"]) > 8 else "")
         parts = ", ".join(f"{k} {v:.1f}" for k, v in host["components_gib"].items() if v)
         console.print(f"host: RAM of node {nodes} {host['peak_gib']:.1f} GiB{capacity}{verdict} ({parts})")
-    for line in memory.errors + memory.notes:  # may quote a path or a user's value: text, not markup
+    shown = [note for r in roles.values() for note in r["notes"]]  # an error that repeats one, prefixed or not
+    errors = [line for line in memory.errors if not any(line.endswith(note) for note in shown)]
+    for line in errors + memory.notes:  # may quote a path or a user's value: text, not markup
         console.print(f"  note: {line}", markup=False, highlight=False)
     if memory.suggestions:
         console.print("what would fit (ranked):")

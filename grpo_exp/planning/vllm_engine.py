@@ -48,6 +48,8 @@ NON_TORCH = 0.3 * GIB
 GRAPH_POOL = 0.1 * GIB
 GRAPH_PER_LAYER = 0.2 * 2**20  # bytes per decoder layer per captured graph
 MAX_CAPTURE = 512  # vLLM caps the largest captured batch at min(2 x max_num_seqs, 512)
+# What vLLM says when its budget leaves nothing for the KV cache (vllm/v1/core/kv_cache_utils.py)
+NO_CACHE_BLOCKS = "'No available memory for the cache blocks'"
 # The server's weight transfer (TRL 1.16: vLLM's packed NCCL broadcast): 2 buffers of 1 GiB on each end.
 WEIGHT_SYNC_BUFFERS = 2 * GIB
 
@@ -119,6 +121,7 @@ class Engine:
     concurrency: float  # max_model_len requests the KV cache holds at once (as vLLM logs it)
     request_bytes: float  # what one max_model_len request takes of the KV cache: vLLM starts only when it fits
     starts: bool  # vLLM's own start-up checks pass: a KV cache that holds one max_model_len sequence
+    needs: float  # the least it starts with: all but the KV cache, plus one max_model_len request's KV cache
     notes: list[str] = field(default_factory=list)
 
 
@@ -151,12 +154,16 @@ def estimate(x: Inputs, server: bool) -> Engine:
         c["weight_sync_buffers"] = WEIGHT_SYNC_BUFFERS
         used += WEIGHT_SYNC_BUFFERS
     kv = kv_cache(x, c["kv_cache"])
+    needs = sum(v for k, v in c.items() if k != "kv_cache") + kv["request_bytes"]
     notes = []
-    if c["kv_cache"] <= 0:
+    if c["weights"] >= budget and not x.vllm_kv_memory:
+        fails = "CUDA out of memory as it loads them" if c["weights"] > x.capacity else NO_CACHE_BLOCKS
         notes.append(
-            "no memory left for the KV cache within gpu_memory_utilization (vLLM: 'No available memory for the "
-            "cache blocks')"
+            f"its weights alone take {c['weights'] / GIB:.2f} GiB per GPU at tensor_parallel_size={x.vllm_tp}, "
+            f"over gpu_memory_utilization x capacity = {budget / GIB:.2f} GiB (vLLM: {fails})"
         )
+    elif c["kv_cache"] <= 0:
+        notes.append(f"no memory left for the KV cache within gpu_memory_utilization (vLLM: {NO_CACHE_BLOCKS})")
     elif c["kv_cache"] < kv["request_bytes"]:
         notes.append(
             f"max_model_length {x.vllm_max_len} needs {kv['request_bytes'] / GIB:.2f} GiB of KV cache"
@@ -171,7 +178,7 @@ def estimate(x: Inputs, server: bool) -> Engine:
             "completion at once"
         )
     starts = c["kv_cache"] > 0 and c["kv_cache"] >= kv["request_bytes"]
-    return Engine(c, budget, used, kv["tokens"], kv["concurrency"], kv["request_bytes"], starts=starts, notes=notes)
+    return Engine(c, budget, used, kv["tokens"], kv["concurrency"], kv["request_bytes"], starts, needs, notes)
 
 
 def _by_layer_type(x: Inputs) -> str:
@@ -203,6 +210,7 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
     kv = kv_cache(x, c["kv_cache"])
     peak = sum(c.values())
     starts = c["kv_cache"] >= kv["request_bytes"]
+    needs = peak - c["kv_cache"] + kv["request_bytes"]
     if starts:
         notes = [
             f"CPU KV cache: {kv['tokens']:,} tokens, {kv_bytes_per_token(x) / 1024:.2f} KiB each "
@@ -215,7 +223,7 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
             f"max_model_length {x.vllm_max_len} needs {kv['request_bytes'] / GIB:.2f} GiB of KV cache"
             f"{_by_layer_type(x)}; vllm.cpu_kv_cache_gib gives {x.vllm_cpu_kv_bytes / GIB:g} (vLLM refuses to start)"
         ]
-    return Engine(c, peak, peak, kv["tokens"], kv["concurrency"], kv["request_bytes"], starts=starts, notes=notes)
+    return Engine(c, peak, peak, kv["tokens"], kv["concurrency"], kv["request_bytes"], starts, needs, notes)
 
 
 def residual_asleep(engine: Engine) -> float:

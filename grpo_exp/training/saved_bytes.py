@@ -230,7 +230,7 @@ def measure_vision(
         return tensor
 
     if checkpointing:
-        tower.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        tower.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         tower(pixels, grid_thw=grid)
     if checkpointing:  # one block alive while it is recomputed in backward

@@ -70,11 +70,11 @@ def test_the_reference_model_is_sharded_under_fsdp2():
 
 
 def test_fsdp_fixes_are_offered_and_never_beside_deepspeed():
-    x = dataclasses.replace(_x("model=qwen72b", "deepspeed=none"), capacity=80 * GIB)
-    keys = [(s["key"], s["value"]) for s in fixes.suggest(x)]
+    p = planned("model=qwen72b", "topology=1x8", "deepspeed=none")
+    keys = [(s["key"], s["value"]) for s in fixes.suggest(dataclasses.replace(p.inputs, capacity=80 * GIB), p.plan)]
     assert ("fsdp", "full_shard") in keys
-    sharded = dataclasses.replace(_x("model=qwen72b", "fsdp=full_shard"), capacity=10 * GIB)
-    keys = [(s["key"], s["value"]) for s in fixes.suggest(sharded)]
+    p = planned("model=qwen72b", "topology=1x8", "fsdp=full_shard")
+    keys = [(s["key"], s["value"]) for s in fixes.suggest(dataclasses.replace(p.inputs, capacity=10 * GIB), p.plan)]
     assert ("fsdp", "full_shard_offload") in keys and not any(k == "deepspeed" for k, _ in keys)
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from grpo_exp.planning import activations, fixes, lora, memory, placement, planner, vllm_engine
+from grpo_exp.planning import activations, fixes, lora, memory, placement, planner, report, vllm_engine
 from tests.helpers import compose_cfg, fast_lane, group_options, matrix, planned, run_job
 
 GIB = 2**30
@@ -142,17 +142,84 @@ def test_vllm_server_engine_kv_budget():
 
 
 def test_vllm_engine_that_cannot_hold_one_sequence_is_an_oom():
-    x = plan_inputs(
+    p = planned(
         "model=qwen7b", "topology=2x8", "vllm=server", "vllm.gpu_memory_utilization=0.2", "topology.gpu_memory_gib=80"
     )
-    e = memory.estimate(x)
+    e = memory.estimate(p.inputs)
     assert not e.fits and "KV cache" in " ".join(e.vllm.notes)
-    ranked = fixes.suggest(x)
+    ranked = p.memory.suggestions
     assert ranked[0]["fits"] and ranked[0]["key"] in (
         "vllm.gpu_memory_utilization",
         "vllm.max_model_length",
         "vllm.tensor_parallel_size",
     )
+
+
+# A server whose weights are too large for one GPU (qwen3-next-80b-a3b: 148 GiB at 16 bits), on node 0 of a
+# training cluster, every node (topology.symmetric), with FSDP2 sharding per node, and on a dedicated serving node:
+# the tensor parallelism offered, and the overrides that apply it.
+TOO_LARGE = "model=qwen3-next-80b-a3b"
+SERVER_TP_CASES = {
+    "node0": ((TOO_LARGE, "topology=4x8", "deepspeed=zero3", "vllm=server"), 4, ("vllm.gpus=4",)),
+    "symmetric": ((TOO_LARGE, "topology=4x8", "topology.symmetric=true", "vllm=server"), 4, ("vllm.gpus=4",)),
+    "fsdp_node": (
+        (TOO_LARGE, "topology=2x8", "topology.symmetric=true", "fsdp=full_shard", "fsdp.shard_group=node")
+        + ("vllm=server", "vllm.gpus=2"),
+        4,
+        ("vllm.gpus=4",),
+    ),
+    "serving_node": ((TOO_LARGE, "topology=4x8", "deepspeed=zero3", "vllm=server", "vllm.nodes=1"), 4, ()),
+}
+
+
+@pytest.mark.parametrize("case", fast_lane(list(SERVER_TP_CASES), lambda c: c == "node0"))
+def test_a_server_too_large_for_its_gpu_is_offered_the_tensor_parallelism_that_fits(case, capsys):
+    """The engine that cannot load its weights is planned at what starting needs, said once, and the fix is the
+    smallest tensor parallelism whose server GPU fits, with the training ranks it takes: what the fix plans is
+    exactly the plan of the overrides it names."""
+    overrides, tp, applied = SERVER_TP_CASES[case]
+    before = planned(*overrides)
+    engine = vllm_engine.estimate(before.inputs, server=True)
+    assert not engine.starts and engine.components["weights"] > before.inputs.capacity
+    assert before.memory.vllm["peak_gib"] == pytest.approx(engine.needs / GIB)  # not capped at the GPU's 80 GiB
+    (fix,) = [s for s in before.memory.suggestions if s["key"] == "vllm.tensor_parallel_size"]
+    assert fix["value"] == tp and fix["text"].startswith(" ".join((f"vllm.tensor_parallel_size={tp}", *applied)))
+    (change,) = fixes._server_tensor_parallel(before.inputs, before.plan)
+    after = planned(*overrides, f"vllm.tensor_parallel_size={tp}", *applied)
+    assert change[2] == after.inputs  # the world, FSDP's shard group and the server's GPUs, as the re-plan has them
+    assert after.memory.vllm["fits"] and fix["fits"] == after.memory.fits
+    report.print_plan(before.memory)
+    assert capsys.readouterr().out.count("its weights alone take") == 1  # under its table, not again as a note
+
+
+def test_a_larger_server_tensor_parallelism_divides_the_heads_and_stays_on_a_node():
+    p = planned(TOO_LARGE, "topology=4x8", "deepspeed=zero3", "vllm=server")
+    six_heads = dataclasses.replace(p.inputs, heads=6)
+    assert [c[1] for c in fixes._server_tensor_parallel(six_heads, p.plan)] == [2]  # 6 % 4 != 0
+    # a two-GPU node leaves its server one GPU, the other trains: no larger size, so no such fix is offered
+    p2 = planned(TOO_LARGE, "topology=1x2", "vllm=server")
+    assert not p2.memory.vllm["fits"] and fixes._server_tensor_parallel(p2.inputs, p2.plan) == []
+    assert all(s["key"] != "vllm.tensor_parallel_size" for s in p2.memory.suggestions)
+
+
+def test_a_colocated_engine_its_share_cannot_hold_is_offered_tensor_parallelism_and_a_larger_share():
+    """qwen14b's 27.5 GiB of weights in TRL's colocated share of 0.3 x 80 GiB: vLLM would not start. Fixes: TRL's
+    TP groups (the weights split over 2 ranks, the engine generating for both) or a larger share, each re-planned
+    for real; and a GPU that cannot hold the trainer and the engine together is planned at what that takes."""
+    overrides = ("model=qwen14b", "peft=lora", "deepspeed=zero3", "topology=1x8", "vllm=colocate")
+    before = planned(*overrides)
+    assert not before.memory.fits and "its weights alone take 27.51 GiB" in " ".join(before.memory.errors)
+    fixes_by_key = {s["key"]: s for s in before.memory.suggestions}
+    tp, share = fixes_by_key["vllm.tensor_parallel_size"], fixes_by_key["vllm.gpu_memory_utilization"]
+    assert tp["value"] == 2 and tp["fits"] and share["fits"] and share["value"] > 0.3
+    (change,) = fixes._colocated_tensor_parallel(before.inputs, before.plan.gpus_per_node)
+    assert change[2] == planned(*overrides, "vllm.tensor_parallel_size=2").inputs  # max_num_seqs doubles with it
+    assert planned(*overrides, f"vllm.gpu_memory_utilization={share['value']}").memory.fits
+    # without ZeRO-3 the trainer holds all 64 GiB of qwen32b: the GPU would need that and the engine's weights
+    x = plan_inputs("model=qwen32b", "peft=lora", "topology=1x8", "vllm=colocate")
+    train, engine = memory.estimate(x).train, vllm_engine.estimate(x, server=False)
+    held = memory.resident_at_engine_start(x, train) + engine.components["weights"]
+    assert held > x.capacity and train.phases["generate"] > held
 
 
 @pytest.mark.parametrize(
@@ -211,14 +278,14 @@ def test_known_cases_verdicts():
         "model=qwen7b", "topology=1x4", "topology.gpu_memory_gib=24", "vllm=colocate", "vllm.gpu_memory_utilization=0.6"
     )
     assert not memory.estimate(seed).fits
-    big = plan_inputs(
+    p = planned(
         "model=qwen7b",
         "topology=1x8",
         "trainer.per_device_train_batch_size=16",
         "trainer.max_completion_length=2048",
         "trainer.activation_checkpointing=false",
     )
-    ranked = fixes.suggest(big)
+    big, ranked = p.inputs, p.memory.suggestions
     first = ranked[0]
     assert first["fits"] and first["key"] == "trainer.per_device_train_batch_size"
     assert memory.estimate(dataclasses.replace(big, batch=first["value"])).fits

@@ -10,7 +10,7 @@ import yaml
 
 from grpo_exp import GIB
 from grpo_exp.core import vllm_log
-from grpo_exp.planning import fixes, inputs, memory, placement, vllm_engine
+from grpo_exp.planning import inputs, memory, placement, vllm_engine
 from tests.helpers import FIXTURES, compose_cfg, fast_lane, planned
 
 CASES = yaml.safe_load((FIXTURES / "vllm_startup_logs.yaml").read_text())
@@ -142,7 +142,7 @@ def test_a_colocated_engine_that_cannot_start_is_refused_with_the_util_that_star
     resident = memory.resident_at_engine_start(p.inputs, memory.estimate_train(p.inputs)) / GIB
     starts = math.floor(100 * (1 - resident / 16)) / 100 - 0.01  # what is free when it starts, one point of margin
     assert f"holds {resident:.2f} GiB" in notes and f"gpu_memory_utilization <= {starts:.2f} starts" in notes
-    best = fixes.suggest(p.inputs)[0]
+    best = p.memory.suggestions[0]
     assert best["key"] == "vllm.gpu_memory_utilization" and best["fits"] and best["value"] <= 0.75
     assert planned(*overrides, f"vllm.gpu_memory_utilization={best['value']}").memory.fits
 
