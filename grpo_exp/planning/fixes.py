@@ -50,7 +50,7 @@ def suggest(x: Inputs, plan) -> list[dict]:
     for key, value, changed, text in [*_shape_changes(x), *_sharding_changes(x), *_vllm_changes(x, base, plan)]:
         e = estimate(changed)
         saved = _saved(base, e) / GIB
-        if saved > 0.01 or e.fits:
+        if saved >= 0.05 or e.fits:  # a change that does not help is no fix (it would print "saves 0.0 GiB")
             out.append({"key": key, "value": value, "fits": e.fits, "saves_gib": round(saved, 2), "text": text})
     for item in out:
         item["text"] += f" (saves {item['saves_gib']:.1f} GiB)" if item["saves_gib"] > 0 else ""

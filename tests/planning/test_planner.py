@@ -222,6 +222,13 @@ def test_a_colocated_engine_its_share_cannot_hold_is_offered_tensor_parallelism_
     assert held > x.capacity and train.phases["generate"] > held
 
 
+def test_a_change_that_saves_nothing_is_no_fix():
+    # gpt-oss-20b's prompt is a sliver of its colocated OOM: data.max_prompt_length=16 saved "0.0 GiB"
+    ranked = planned("model=gpt-oss-20b", "topology=1x8", "vllm=colocate", "deepspeed=zero3").memory.suggestions
+    assert ranked and all(s["fits"] or s["saves_gib"] >= 0.05 for s in ranked)
+    assert not any("saves 0.0 GiB" in s["text"] for s in ranked)
+
+
 @pytest.mark.parametrize(
     "field,values",
     [
