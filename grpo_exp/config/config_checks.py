@@ -174,6 +174,23 @@ def check_server_flags(cfg: DictConfig) -> list[Problem]:
     ]
 
 
+def check_tensor_parallel(cfg: DictConfig) -> list[Problem]:
+    """vLLM splits the attention heads over its tensor-parallel ranks (ModelConfig.verify_with_parallel_config): a
+    size that does not divide them stops the engine as it starts, after the trainer has loaded its model."""
+    tp, heads = cfg.vllm.tensor_parallel_size, cfg.model.num_attention_heads
+    if cfg.vllm.mode == "off" or heads % tp == 0:
+        return []
+    sizes = [n for n in range(1, min(heads, 16) + 1) if heads % n == 0]
+    return [
+        Problem(
+            "vllm.tensor_parallel_size",
+            f"is {tp}, which does not divide {cfg.model.name}'s {heads} attention heads (vLLM: 'Total number of "
+            f"attention heads ({heads}) must be divisible by tensor parallel size ({tp})')",
+            f"use one of {sizes}",
+        )
+    ]
+
+
 def check_deepspeed(cfg: DictConfig) -> list[Problem]:
     """The deepspeed group through DeepSpeed's own config models (pydantic, extra keys forbidden), and
     its top-level values against the trainer's, as transformers' integration compares them.
@@ -253,6 +270,8 @@ def check(cfg: DictConfig) -> list[Problem]:
     problems = values + rules.check_trl_rules(cfg) + check_rewards(cfg) + env.check(cfg) + env.check_data_none(cfg)
     problems += check_deepspeed(cfg)
     problems += check_server_flags(cfg) + check_fsdp(cfg) + check_trackers(cfg)
+    if not bad & {"vllm.tensor_parallel_size", "model.num_attention_heads"}:
+        problems += check_tensor_parallel(cfg)
     if not any(k.startswith(("peft.", "model.")) for k in bad):
         problems += check_lora(cfg)
     return problems

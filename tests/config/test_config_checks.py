@@ -138,6 +138,17 @@ def test_invalid_example_is_named(overrides):
     assert ISSUE_EXAMPLES[overrides] in problem_keys(problems(*overrides.split()))
 
 
+def test_a_tensor_parallel_size_that_does_not_divide_the_heads_is_refused_before_launch():
+    """vLLM would refuse it as the engine starts; qwen7b has 28 attention heads."""
+    serving = ("model=qwen7b", "topology=2x8", "vllm=server", "vllm.nodes=1", "action=plan")
+    (problem,) = problems(*serving, "vllm.tensor_parallel_size=8")
+    assert problem.key == "vllm.tensor_parallel_size" and "does not divide qwen7b's 28 attention heads" in problem.why
+    assert problem.fix == "use one of [1, 2, 4, 7, 14]"
+    assert problems(*serving, "vllm.tensor_parallel_size=4") == []
+    assert problems("model=qwen7b", "topology=1x8", "vllm=colocate", "vllm.tensor_parallel_size=8", "action=plan") != []
+    assert problems("model=qwen7b", "topology=1x8", "vllm.tensor_parallel_size=8", "action=plan") == []  # no engine
+
+
 def test_valid_extras_pass():
     assert (
         problems(
