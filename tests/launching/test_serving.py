@@ -52,7 +52,11 @@ def test_the_last_node_serves_with_data_parallel_engines(tp, engines):
     [
         (("vllm.nodes=2", "topology.nnodes=6"), "vllm.nodes", "talks to one server"),
         (("topology.nnodes=1",), "vllm.nodes", "leaves no node to train"),
-        (("vllm.tensor_parallel_size=3",), "vllm.tensor_parallel_size", "does not divide the serving node's 8 GPUs"),
+        (
+            ("topology.gpus_per_node=6", "vllm.tensor_parallel_size=4"),  # 4 divides the model's 64 heads, not 6 GPUs
+            "vllm.tensor_parallel_size",
+            "does not divide the serving node's 6 GPUs",
+        ),
         (("vllm.gpus=2",), "vllm.gpus", "serves on all its 8 GPUs"),
         (("vllm=colocate",), "vllm.nodes", "dedicated serving nodes run the vLLM server"),
     ],
