@@ -154,7 +154,7 @@ def estimate(x: Inputs, server: bool) -> Engine:
         c["weight_sync_buffers"] = WEIGHT_SYNC_BUFFERS
         used += WEIGHT_SYNC_BUFFERS
     kv = kv_cache(x, c["kv_cache"])
-    needs = sum(v for k, v in c.items() if k != "kv_cache") + kv["request_bytes"]
+    needs = _least_to_start(c, kv)
     notes = []
     if c["weights"] >= budget and not x.vllm_kv_memory:
         fails = "CUDA out of memory as it loads them" if c["weights"] > x.capacity else NO_CACHE_BLOCKS
@@ -179,6 +179,11 @@ def estimate(x: Inputs, server: bool) -> Engine:
         )
     starts = c["kv_cache"] > 0 and c["kv_cache"] >= kv["request_bytes"]
     return Engine(c, budget, used, kv["tokens"], kv["concurrency"], kv["request_bytes"], starts, needs, notes)
+
+
+def _least_to_start(components: dict[str, float], kv: dict) -> float:
+    """Engine.needs: all the engine holds but its KV cache, plus one max_model_len request's KV cache."""
+    return sum(v for k, v in components.items() if k != "kv_cache") + kv["request_bytes"]
 
 
 def _by_layer_type(x: Inputs) -> str:
@@ -210,7 +215,7 @@ def estimate_cpu(x: Inputs, server: bool) -> Engine:
     kv = kv_cache(x, c["kv_cache"])
     peak = sum(c.values())
     starts = c["kv_cache"] >= kv["request_bytes"]
-    needs = peak - c["kv_cache"] + kv["request_bytes"]
+    needs = _least_to_start(c, kv)
     if starts:
         notes = [
             f"CPU KV cache: {kv['tokens']:,} tokens, {kv_bytes_per_token(x) / 1024:.2f} KiB each "
